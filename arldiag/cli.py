@@ -1,0 +1,62 @@
+"""`arldiag` command line: one small dispatcher; each subcommand lives in its own module.
+
+A subcommand module exposes ``add_arguments(parser)`` and ``main(args) -> int``. Modules are imported only when
+their command runs, so `arldiag --help` stays fast and `arldiag train` never imports DuckDB or Dash.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help). Built-ins are registered here, the same way a plugin would be.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "info": ("arldiag.commands.info", "print a run's manifest and table row counts"),
+    "query": ("arldiag.commands.query", "run SQL over a run's DuckDB views"),
+    "import": ("arldiag.commands.import_steps", "import step-level metrics (CSV/JSONL) into a run store"),
+    "train": ("arldiag.trainer.cli", "train with the reference trainer (SAMPO and baselines)"),
+    "detect": ("arldiag.commands.detect", "run the collapse detectors over a run"),
+    "watch": ("arldiag.commands.watch", "follow a run being written and raise alerts"),
+    "eval-detect": ("arldiag.commands.eval_detect", "detection benchmark: lead times and false alarms"),
+    "report": ("arldiag.report.cli", "write a post-mortem report (html, md, json)"),
+    "dashboard": ("arldiag.dashboards.cli", "serve the live Dash dashboard over a runs root"),
+}
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="arldiag",
+        description="Diagnostics for agentic RL training runs.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="commands:\n" + "\n".join(f"  {n:<12} {h}" for n, (_, h) in COMMANDS.items())
+        + "\n\nRun `arldiag COMMAND --help` for a command's options.",
+    )
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    p.add_argument("command", nargs="?", help="one of the commands below")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        top = _top_parser()
+        ns, _ = top.parse_known_args(argv)
+        if ns.version:
+            from arldiag import __version__
+
+            print(__version__)
+            return 0
+        if ns.command is not None and ns.command not in COMMANDS:
+            top.error(f"unknown command {ns.command!r}; choose from {', '.join(COMMANDS)}")
+        top.print_help()
+        return 0 if not argv else 2
+    name, rest = argv[0], argv[1:]
+    module = importlib.import_module(COMMANDS[name][0])
+    parser = argparse.ArgumentParser(prog=f"arldiag {name}", description=COMMANDS[name][1])
+    module.add_arguments(parser)
+    args = parser.parse_args(rest)
+    return int(module.main(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

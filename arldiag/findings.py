@@ -1,0 +1,81 @@
+"""Findings: what a detector concludes, as a versioned, JSON-serialisable snapshot (Evidently-style).
+
+The report, the dashboard, `arldiag detect --json` and the alerts table all render the same objects.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+FINDINGS_VERSION = "1.0"
+SEVERITIES = ("info", "watch", "warning", "critical")  # ordered; "skipped" is not a severity but a status
+STATUSES = ("fired", "quiet", "skipped")
+
+
+def severity_rank(severity: str) -> int:
+    """0 = info ... 3 = critical; -1 for anything else (quiet/skipped findings)."""
+    return SEVERITIES.index(severity) if severity in SEVERITIES else -1
+
+
+def _clean(x: Any) -> Any:
+    """JSON-safe copy: NaN/Inf -> None, numpy scalars -> Python, tuples -> lists."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+        try:
+            x = x.item()
+        except (TypeError, ValueError):
+            pass
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+@dataclass
+class Finding:
+    detector: str                 # registry name
+    status: str                   # fired | quiet | skipped
+    severity: str = "info"        # info | watch | warning | critical (meaningful when fired)
+    title: str = ""
+    first_step: int | None = None  # first step at which the condition held
+    steps: list[int] = field(default_factory=list)   # steps affected
+    explanation: str = ""         # plain language: what happened and why it matters
+    recommendation: str = ""      # what to change, naming the evidence it rests on
+    evidence: dict[str, Any] = field(default_factory=dict)  # e.g. {"series": {...}, "top_sequences": [...]}
+    run: str | None = None
+    skipped_reason: str = ""      # when status == "skipped": which column/table the run lacks
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
+
+    @property
+    def fired(self) -> bool:
+        return self.status == "fired"
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean({"version": FINDINGS_VERSION, **asdict(self)})
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Finding":
+        d = dict(d)
+        version = str(d.pop("version", FINDINGS_VERSION))
+        if int(version.split(".")[0]) > int(FINDINGS_VERSION.split(".")[0]):
+            raise ValueError(f"findings version {version} is newer than this arldiag ({FINDINGS_VERSION}); upgrade")
+        return cls(**d)
+
+
+def findings_to_json(findings: list[Finding], **extra: Any) -> str:
+    return json.dumps(_clean({"version": FINDINGS_VERSION, **extra,
+                              "findings": [f.to_dict() for f in findings]}), indent=2)
+
+
+def findings_from_json(text: str) -> list[Finding]:
+    data = json.loads(text)
+    return [Finding.from_dict(f) for f in data["findings"]]

@@ -1,0 +1,246 @@
+"""Read a run store (or many) through DuckDB views.
+
+``open_run`` accepts a run directory, a root holding run directories, a glob, a list of those, or an fsspec URL
+(``memory://``, ``s3://`` ... when fsspec and the filesystem are installed). Every view has a leading ``run``
+column; ``steps`` merges the raw per-(step, rank) aggregates exactly and derives the metrics of schema.STEP_METRICS
+with the SQL evaluator (the Python twin is schema.derive_step_metrics).
+
+DuckDB only ever sees published ``*.parquet`` files (parts are renamed into place by the writer), so a run that is
+still being written reads consistently; ``refresh()`` picks up new parts.
+"""
+from __future__ import annotations
+
+import glob as _glob
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+from arldiag.schema import (SCHEMA_VERSION, STEP_AGGS, STEP_METRICS, TABLES, USER_METRIC_PREFIX, arrow_schema,
+                            metric_sql)
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+class SchemaVersionError(ValueError):
+    pass
+
+
+def _major(v: str) -> int:
+    return int(str(v).split(".")[0])
+
+
+def read_manifest(path: Path, fs=None) -> dict:
+    p = f"{path}/run.json"
+    if fs is not None:
+        with fs.open(p, "r") as fh:
+            m = json.load(fh)
+    else:
+        with open(p) as fh:
+            m = json.load(fh)
+    v = m.get("schema_version", "0.0")
+    if _major(v) > _major(SCHEMA_VERSION):
+        raise SchemaVersionError(
+            f"{p}: run store schema {v} is newer than this arldiag reads ({SCHEMA_VERSION}); "
+            f"upgrade arldiag (pip install -U arldiag) to read it")
+    return m
+
+
+def _resolve(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """Run directories (holding run.json) named by paths, roots or globs, in a stable order."""
+    found: list[Path] = []
+    for p in paths:
+        s = str(p)
+        cands = [Path(x) for x in sorted(_glob.glob(s))] if any(ch in s for ch in "*?[") else [Path(s)]
+        if not cands:
+            raise FileNotFoundError(f"no run matches {s!r}")
+        for c in cands:
+            if (c / "run.json").is_file():
+                found.append(c)
+            elif c.is_dir():
+                sub = sorted(q.parent for q in c.rglob("run.json"))
+                if not sub:
+                    raise FileNotFoundError(f"{c} holds no run (no run.json found under it)")
+                found.extend(sub)
+            else:
+                raise FileNotFoundError(f"run path {c} does not exist")
+    out, seen = [], set()
+    for f in found:
+        r = f.resolve()
+        if r not in seen:
+            seen.add(r)
+            out.append(f)
+    return out
+
+
+class Run:
+    """One or several runs behind DuckDB views (see module doc)."""
+
+    def __init__(self, paths: dict[str, Any], manifests: dict[str, dict], con=None, fs=None):
+        import duckdb
+
+        self.paths = paths
+        self.manifests = manifests
+        self.fs = fs
+        self.con = con or duckdb.connect(":memory:")
+        if fs is not None:
+            self.con.register_filesystem(fs)
+        self._files: dict[str, dict[str, list[str]]] = {}
+        self._columns: dict[str, list[str]] = {}
+        self.refresh(force=True)
+
+    # ------------------------------------------------------------------ public
+    @property
+    def names(self) -> list[str]:
+        return list(self.paths)
+
+    @property
+    def manifest(self) -> dict:
+        return self.manifests[self.names[0]]
+
+    def sql(self, query: str, params: Any = None):
+        return self.con.execute(query, params) if params is not None else self.con.sql(query)
+
+    def df(self, query: str):
+        return self.con.sql(query).df()
+
+    def columns(self, table: str) -> list[str]:
+        if table not in self._columns:
+            self._columns[table] = [r[0] for r in self.con.sql(f"DESCRIBE {table}").fetchall()]
+        return self._columns[table]
+
+    def has_column(self, table: str, col: str) -> bool:
+        """True when the column exists and holds at least one non-null value."""
+        if col not in self.columns(table):
+            return False
+        return bool(self.con.execute(f'SELECT count("{col}") FROM {table}').fetchone()[0])
+
+    def count(self, table: str) -> int:
+        return int(self.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+    def subset(self, name: str) -> "Run":
+        if name not in self.paths:
+            raise KeyError(f"no run named {name!r}; runs: {self.names}")
+        return Run({name: self.paths[name]}, {name: self.manifests[name]}, fs=self.fs)
+
+    def refresh(self, force: bool = False) -> bool:
+        """Re-scan the parts on disk; re-create the views when files appeared. Returns True when changed."""
+        files = {name: {t: self._list(path, t) for t in TABLES} for name, path in self.paths.items()}
+        if not force and files == self._files:
+            return False
+        self._files = files
+        self._columns = {}
+        for name, path in self.paths.items():
+            try:
+                self.manifests[name] = read_manifest(path, self.fs)
+            except (OSError, ValueError):
+                pass
+        for t in TABLES:
+            self._create_view("steps_raw" if t == "steps" else t, t)
+        self._create_steps_view()
+        return True
+
+    def close(self) -> None:
+        self.con.close()
+
+    # ------------------------------------------------------------------ internals
+    def _list(self, path, table: str) -> list[str]:
+        if self.fs is not None:
+            try:
+                return sorted(p for p in self.fs.glob(f"{path}/{table}/*.parquet"))
+            except FileNotFoundError:
+                return []
+        d = Path(path) / table
+        if not d.is_dir():
+            return []
+        return sorted(str(p) for p in d.iterdir() if p.name.endswith(".parquet"))
+
+    def _empty_select(self, table: str) -> str:
+        import pyarrow as pa
+
+        cols = []
+        for f in arrow_schema(table):
+            t = f.type
+            sqlt = ("BIGINT" if t == pa.int64() else "INTEGER" if t in (pa.int32(),) else "SMALLINT"
+                    if t == pa.int16() else "FLOAT" if t == pa.float32() else "DOUBLE" if t == pa.float64()
+                    else "BOOLEAN" if t == pa.bool_() else "TIMESTAMPTZ" if pa.types.is_timestamp(t) else "VARCHAR")
+            cols.append(f'CAST(NULL AS {sqlt}) AS "{f.name}"')
+        return f"SELECT {', '.join(cols)} WHERE false"
+
+    def _create_view(self, view: str, table: str) -> None:
+        parts = []
+        for name in self.paths:
+            files = self._files[name][table]
+            lit = "'" + name.replace("'", "''") + "'"
+            if files:
+                flist = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
+                parts.append(f"SELECT {lit} AS run, * FROM read_parquet({flist}, union_by_name = true)")
+            else:
+                parts.append(f"SELECT {lit} AS run, * FROM ({self._empty_select(table)})")
+        self.con.execute(f"CREATE OR REPLACE VIEW {view} AS " + " UNION ALL BY NAME ".join(parts))
+
+    def _create_steps_view(self) -> None:
+        raw_cols = [r[0] for r in self.con.sql("DESCRIBE steps_raw").fetchall()]
+        user = [c for c in raw_cols if c.startswith(USER_METRIC_PREFIX)]
+        merge = {"sum": "sum", "max": "max", "min": "min"}
+        agg_sql = [f'{merge[a.merge]}("{a.name}") AS "{a.name}"' for a in STEP_AGGS]
+        # user metrics: ranks usually log the same value; the mean is the natural merge
+        agg_sql += [f'avg("{c}") AS "{c}"' for c in user]
+        derived = [f'{metric_sql(m)} AS "{m.name}"' for m in STEP_METRICS]
+        names = {m.name for m in STEP_METRICS}
+        user_sql = []
+        for c in user:
+            n = c[len(USER_METRIC_PREFIX):]
+            alias = n if n not in names and n not in ("run", "step", "time") else f"user/{n}"
+            user_sql.append(f'"{c}" AS "{alias}"')
+        self.con.execute(
+            "CREATE OR REPLACE VIEW steps AS WITH merged AS (SELECT run, step, max(time) AS time, "
+            + ", ".join(agg_sql) + " FROM steps_raw GROUP BY run, step) SELECT run, step, time, "
+            + ", ".join(derived + user_sql) + " FROM merged ORDER BY run, step")
+
+
+def _unique_names(dirs: list, manifests: list[dict]) -> list[str]:
+    names, used = [], {}
+    for d, m in zip(dirs, manifests):
+        base = _SAFE.sub("_", str(m.get("name") or Path(str(d)).name)) or "run"
+        n = base
+        if n in used:
+            used[base] += 1
+            n = f"{base}-{used[base]}"
+        used.setdefault(base, 1)
+        names.append(n)
+    return names
+
+
+def open_run(path: str | os.PathLike | Iterable[str | os.PathLike], **kw) -> Run:
+    """Open one run, several runs, or every run under a root, as DuckDB views (see the module doc)."""
+    if isinstance(path, (str, os.PathLike)) and "://" in str(path) and not str(path).startswith("file://"):
+        return _open_fsspec(str(path))
+    paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    if not paths:
+        raise ValueError("open_run: no run path given")
+    dirs = _resolve(paths)
+    manifests = [read_manifest(d) for d in dirs]
+    names = _unique_names(dirs, manifests)
+    return Run(dict(zip(names, dirs)), dict(zip(names, manifests)), **kw)
+
+
+def _open_fsspec(url: str) -> Run:
+    try:
+        import fsspec
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(f"open_run({url!r}) needs fsspec (pip install fsspec)") from exc
+    fs, root = fsspec.core.url_to_fs(url)
+    proto = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
+    if fs.exists(f"{root}/run.json"):
+        dirs = [root]
+    else:
+        dirs = sorted(str(Path(p).parent) for p in fs.glob(f"{root}/**/run.json"))
+        if not dirs:
+            raise FileNotFoundError(f"no run (run.json) under {url}")
+    manifests = [read_manifest(d, fs) for d in dirs]
+    names = _unique_names(dirs, manifests)
+    full = {n: (d if "://" in d else f"{proto}://{d.lstrip('/')}" if proto != "file" else d) for n, d in
+            zip(names, dirs)}
+    return Run(full, dict(zip(names, manifests)), fs=fs)

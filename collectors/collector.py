@@ -1,0 +1,611 @@
+"""The Collector: hooks a trainer calls to record stability statistics into a Parquet run store.
+
+Light on purpose: numpy + pyarrow at import; torch is touched only when it is handed torch tensors; no DuckDB,
+Dash or plotly; never a network call. Statistics are computed in the caller's thread (vectorised numpy, see
+arldiag/stats.py); Parquet encoding and file I/O happen in a background writer thread (arldiag/store/writer.py).
+
+Step aggregates are mergeable sums/counts/extrema (whylogs-style zero/update/merge), so several updates of a step
+and several ranks of a job combine exactly in the reader.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import socket
+import uuid
+import warnings
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from arldiag import __version__
+from arldiag.schema import (ALERTS, GROUPS, SCHEMA_VERSION, SEQUENCES, STEP_AGGS, TOKENS, TURNS,
+                            USER_METRIC_PREFIX, arrow_schema, derive_step_metrics)
+from arldiag.stats import Bands, UpdateInputs, compute_update, splitmix_unit, top_share
+from arldiag.store.writer import StoreWriter, write_json_atomic
+from arldiag.collectors.convert import as_array, check_shape
+
+log = logging.getLogger("arldiag")
+
+_MERGE = {a.name: a.merge for a in STEP_AGGS}
+
+
+def merge_into(acc: dict[str, float], new: Mapping[str, float]) -> None:
+    """Mergeable update of step aggregates (sum / max / min, by schema.STEP_AGGS)."""
+    for k, v in new.items():
+        if v is None or v != v:
+            continue
+        if k not in acc:
+            acc[k] = v
+        elif _MERGE[k] == "sum":
+            acc[k] += v
+        elif _MERGE[k] == "max":
+            acc[k] = max(acc[k], v)
+        else:
+            acc[k] = min(acc[k], v)
+
+
+class _RolloutCache:
+    """What record_rollout said about each sample of the current step, looked up by sample id at update time."""
+
+    def __init__(self) -> None:
+        self.ids = np.empty(0, np.int64)      # sorted sample ids
+        self.cols: dict[str, np.ndarray] = {}  # per-sample columns aligned with ids
+        self.flat_logp = np.empty(0, np.float32)   # masked rollout log-probs, concatenated per sample
+        self.flat_tok = np.empty(0, np.int64)      # masked rollout token ids (-1 unknown)
+        self.offsets = np.empty(0, np.int64)
+        self.lengths = np.empty(0, np.int64)
+        self.texts: list | None = None
+
+    def add(self, ids, cols, flat_logp, flat_tok, lengths, texts) -> None:
+        order_new = np.argsort(ids, kind="stable")
+        base = self.flat_logp.size
+        offs = base + np.concatenate(([0], np.cumsum(lengths)[:-1])) if lengths.size else np.empty(0, np.int64)
+        all_ids = np.concatenate([self.ids, ids[order_new]])
+        order = np.argsort(all_ids, kind="stable")
+        self.ids = all_ids[order]
+        for k, v in cols.items():
+            old = self.cols.get(k)
+            if old is None:
+                old = np.full(all_ids.size - ids.size, _missing(v.dtype), v.dtype)
+            self.cols[k] = np.concatenate([old, v[order_new]])[order]
+        for k in list(self.cols):
+            if k not in cols:
+                self.cols[k] = np.concatenate([self.cols[k], np.full(ids.size, _missing(self.cols[k].dtype),
+                                                                     self.cols[k].dtype)])[order]
+        self.flat_logp = np.concatenate([self.flat_logp, flat_logp])
+        self.flat_tok = np.concatenate([self.flat_tok, flat_tok])
+        self.offsets = np.concatenate([self.offsets, offs[order_new]])[order]
+        self.lengths = np.concatenate([self.lengths, lengths[order_new]])[order]
+        if texts is not None or self.texts is not None:
+            old_t = self.texts if self.texts is not None else [None] * (all_ids.size - ids.size)
+            new_t = [texts[i] for i in order_new] if texts is not None else [None] * ids.size
+            merged = old_t + new_t
+            self.texts = [merged[i] for i in order]
+
+    def lookup(self, sample_ids: np.ndarray) -> np.ndarray:
+        """Index into the cache for each id, -1 when unknown."""
+        if self.ids.size == 0:
+            return np.full(sample_ids.shape, -1, np.int64)
+        j = np.searchsorted(self.ids, sample_ids)
+        j = np.minimum(j, self.ids.size - 1)
+        return np.where(self.ids[j] == sample_ids, j, -1)
+
+
+def _missing(dtype: np.dtype):
+    if np.issubdtype(dtype, np.floating):
+        return np.nan
+    if np.issubdtype(dtype, np.bool_):
+        return False
+    return -1
+
+
+class Collector:
+    """Record per-token, per-sequence, per-turn and per-step statistics of an RL run into ``root``.
+
+    Args:
+        root: run directory (created). A directory that already holds a run is appended to (resume).
+        config: trainer/algorithm config, stored in run.json.
+        clip: (eps_low, eps_high) of the token band [1 - eps_low, 1 + eps_high] (verl clip_ratio_low/high).
+        seq_clip: (eps_low, eps_high) of the sequence/turn band (GSPO/ATPO), default ``clip``.
+        name: run name (default: the directory name). algorithm: e.g. "cispo", stored in the manifest.
+        rank, world_size: data-parallel rank of this process; each rank writes its own files.
+        flush_every: publish buffered rows every this many finalised steps (a crash loses at most that much).
+        token_sample_rate: fraction of samples whose token rows are kept, chosen by a deterministic hash of
+            the sample id; rows of anomalous sequences (non-finite, negative-advantage low-IS, top-1% KL) are
+            always kept, with ``sampled = false``.
+        neg_adv_delta: delta of the negative-advantage low-IS mask (ARLArena default 0.223, s_i < 0.8).
+        dual_clip_c: verl clip_ratio_c for pg_clipfrac_lower.
+        monitor: an online monitor (``bind(collector)``, ``on_step(step, metrics)``), e.g. arldiag.Monitor.
+        strict: raise on the collector's own errors (write failures, monitor errors) instead of warning once.
+    """
+
+    def __init__(self, root: str | os.PathLike, config: Mapping[str, Any] | None = None,
+                 clip: Sequence[float] = (0.2, 0.2), seq_clip: Sequence[float] | None = None,
+                 name: str | None = None, algorithm: str | None = None, rank: int = 0, world_size: int = 1,
+                 flush_every: int = 10, token_sample_rate: float = 0.05, neg_adv_delta: float = 0.223,
+                 dual_clip_c: float = 3.0, monitor: Any = None, strict: bool = False, queue_size: int = 64):
+        if len(tuple(clip)) != 2:
+            raise ValueError(f"clip must be (eps_low, eps_high), got {clip!r}")
+        if not 0.0 <= token_sample_rate <= 1.0:
+            raise ValueError(f"token_sample_rate must be in [0, 1], got {token_sample_rate}")
+        if flush_every < 1:
+            raise ValueError(f"flush_every must be >= 1, got {flush_every}")
+        seq_clip = tuple(clip) if seq_clip is None else tuple(seq_clip)
+        self.root = Path(root)
+        self.rank, self.world_size = int(rank), int(world_size)
+        self.strict = strict
+        self.flush_every = flush_every
+        self.token_sample_rate = float(token_sample_rate)
+        self.bands = Bands(float(clip[0]), float(clip[1]), float(seq_clip[0]), float(seq_clip[1]),
+                           float(dual_clip_c), float(neg_adv_delta))
+        self.monitor = monitor
+        self.should_stop = False
+        self.stop_reason: str | None = None
+        self._warned: set[str] = set()
+        self._step: int | None = None
+        self._aggs: dict[str, float] = {}
+        self._updates: set[int] = set()
+        self._seq_k3: list[np.ndarray] = []
+        self._rollout = _RolloutCache()
+        self._steps_since_flush = 0
+        self._closed = False
+        self.last_metrics: dict[str, float] = {}
+        self.writer: StoreWriter | None = None
+        self.manifest = {
+            "schema_version": SCHEMA_VERSION,
+            "run_id": uuid.uuid4().hex,
+            "name": name or self.root.resolve().name,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+            "algorithm": algorithm,
+            "config": dict(config or {}),
+            "clip": list(map(float, clip)),
+            "seq_clip": list(map(float, seq_clip)),
+            "neg_adv_delta": float(neg_adv_delta),
+            "dual_clip_c": float(dual_clip_c),
+            "token_sample_rate": self.token_sample_rate,
+            "collector_version": __version__,
+            "host": socket.gethostname(),
+            "world_size": self.world_size,
+            "status": "running",
+        }
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            existing = self.root / "run.json"
+            if existing.exists():  # resume: keep identity, refresh status
+                import json
+
+                old = json.loads(existing.read_text())
+                self.manifest.update(run_id=old.get("run_id", self.manifest["run_id"]),
+                                     created=old.get("created", self.manifest["created"]))
+            if self.rank == 0:
+                write_json_atomic(existing, self.manifest)
+            self.writer = StoreWriter(self.root, self.rank, queue_size=queue_size, strict=strict)
+        except Exception as exc:  # noqa: BLE001
+            if strict:
+                raise
+            self._warn_once("open", f"arldiag: cannot write the run store at {self.root} ({type(exc).__name__}: "
+                                    f"{exc}); statistics are still computed for the monitor but not stored")
+        if monitor is not None:
+            self._guard("monitor", monitor.bind, self)
+
+    # ------------------------------------------------------------------ public hooks
+    def record_rollout(self, step: int, sample_ids, group_ids=None, turn_ids=None, token_ids=None,
+                       response_mask=None, logp_rollout=None, rewards=None, format_valid=None, truncated=None,
+                       success=None, trajectory_ids=None, texts: Sequence[str] | None = None) -> None:
+        """Record what the rollout produced for ``step``: one entry per sample ([B]) or per token ([B, T])."""
+        sid = as_array(sample_ids, "sample_ids", np.int64)
+        if sid.ndim != 1:
+            raise ValueError(f"sample_ids must be 1-D [B], got shape {sid.shape}")
+        B = sid.shape[0]
+        per_sample = {}
+        for nm, val, dt in (("group_id", group_ids, np.int64), ("trajectory_id", trajectory_ids, np.int64),
+                            ("reward", rewards, np.float64), ("format_valid", format_valid, np.bool_),
+                            ("truncated", truncated, np.bool_), ("success", success, np.bool_)):
+            arg = {"group_id": "group_ids", "trajectory_id": "trajectory_ids", "reward": "rewards"}.get(nm, nm)
+            if val is not None:
+                a = as_array(val, arg, dt)
+                check_shape(arg, a, (B,), "sample_ids")
+                per_sample[nm] = a
+        turn = None
+        if turn_ids is not None:
+            turn = as_array(turn_ids, "turn_ids", np.int64)
+            if turn.ndim == 1:
+                check_shape("turn_ids", turn, (B,), "sample_ids")
+                per_sample["turn"] = turn
+        mask = tok = lpr = None
+        if response_mask is not None:
+            mask = as_array(response_mask, "response_mask", np.bool_)
+            if mask.ndim != 2 or mask.shape[0] != B:
+                raise ValueError(f"response_mask must be [B, T] with B = len(sample_ids) = {B}, got {mask.shape}")
+            for nm, val in (("token_ids", token_ids), ("logp_rollout", logp_rollout)):
+                if val is not None:
+                    check_shape(nm, as_array(val, nm), mask.shape, "response_mask")
+            tok = None if token_ids is None else as_array(token_ids, "token_ids", np.int64)
+            lpr = None if logp_rollout is None else as_array(logp_rollout, "logp_rollout", np.float32)
+            if turn is not None and turn.ndim == 2:
+                check_shape("turn_ids", turn, mask.shape, "response_mask")
+        elif token_ids is not None or logp_rollout is not None:
+            raise ValueError("token_ids/logp_rollout need response_mask to say which tokens the policy generated")
+        if texts is not None and len(texts) != B:
+            raise ValueError(f"texts has {len(texts)} entries, sample_ids has {B}")
+        self._guard("record_rollout", self._record_rollout, int(step), sid, per_sample, mask, tok, lpr, texts)
+
+    def record_update(self, step: int, update: int = 0, *, logp, logp_old, advantages, response_mask,
+                      logp_ref=None, logp_rollout=None, entropy=None, sample_ids=None, turn_ids=None,
+                      token_ids=None) -> dict[str, float]:
+        """Record one policy update (PPO epoch x mini-batch) of ``step``. Tensors: padded [B, T] with the loss
+        mask ``response_mask``; ``advantages`` [B] or [B, T]; ``turn_ids`` [B] or [B, T]. Returns this update's
+        raw aggregates (handy for logging)."""
+        mask = as_array(response_mask, "response_mask", np.bool_)
+        if mask.ndim != 2:
+            raise ValueError(f"response_mask must be 2-D [B, T], got shape {mask.shape}")
+        B, T = mask.shape
+        lp = as_array(logp, "logp", np.float32)
+        check_shape("logp", lp, mask.shape, "response_mask")
+        lpo = as_array(logp_old, "logp_old", np.float32)
+        check_shape("logp_old", lpo, mask.shape, "response_mask")
+        adv = as_array(advantages, "advantages", np.float32)
+        if adv.shape not in ((B,), (B, T)):
+            raise ValueError(f"advantages must be [B] = ({B},) or [B, T] = {mask.shape}, got {adv.shape}")
+        opt = {}
+        for nm, val in (("logp_ref", logp_ref), ("logp_rollout", logp_rollout), ("entropy", entropy)):
+            if val is not None:
+                a = as_array(val, nm, np.float32)
+                check_shape(nm, a, mask.shape, "response_mask")
+                opt[nm] = a
+        tid = None
+        if token_ids is not None:
+            tid = as_array(token_ids, "token_ids", np.int64)
+            check_shape("token_ids", tid, mask.shape, "response_mask")
+        turn = None
+        if turn_ids is not None:
+            turn = as_array(turn_ids, "turn_ids", np.int64)
+            if turn.shape not in ((B,), (B, T)):
+                raise ValueError(f"turn_ids must be [B] = ({B},) or [B, T] = {mask.shape}, got {turn.shape}")
+        sid = None
+        if sample_ids is not None:
+            sid = as_array(sample_ids, "sample_ids", np.int64)
+            check_shape("sample_ids", sid, (B,), "response_mask rows")
+        inp = UpdateInputs(lp, lpo, adv, mask, opt.get("logp_ref"), opt.get("logp_rollout"), opt.get("entropy"),
+                           turn, tid)
+        out = self._guard("record_update", self._record_update, int(step), int(update), inp, sid)
+        return out or {}
+
+    def record_step(self, step: int, metrics: Mapping[str, Any] | None = None) -> dict[str, float]:
+        """Attach trainer metrics (success_rate, grad_norm, lr, ...) to ``step`` and finalise it: its raw step row
+        is queued for writing and the monitor is evaluated. Returns the step's metrics (derived + user)."""
+        user = {}
+        for k, v in (metrics or {}).items():
+            try:
+                user[str(k)] = float(as_array(v, f"metrics[{k!r}]", np.float64).reshape(-1)[0]) \
+                    if not isinstance(v, (int, float)) else float(v)
+            except (TypeError, ValueError, IndexError):
+                raise ValueError(f"metrics[{k!r}] must be a number, got {type(v).__name__}") from None
+        res = self._guard("record_step", self._record_step, int(step), user)
+        return res or {}
+
+    def record_alert(self, step: int, detector: str, severity: str, state: str = "", risk: float = float("nan"),
+                     title: str = "", message: str = "", evidence: Mapping | None = None,
+                     source: str = "online") -> None:
+        """Append one row to the run's alerts table (used by monitors and alert sinks)."""
+        import json
+
+        row = {"step": int(step), "time": _dt.datetime.now(_dt.timezone.utc), "detector": detector,
+               "severity": severity, "state": state, "risk": float(risk), "title": title, "message": message,
+               "evidence": json.dumps(evidence or {}, default=_json_default), "source": source}
+        self._put("alerts", pa.Table.from_pylist([row], schema=arrow_schema("alerts")))
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the trainer to stop (it reads ``should_stop``)."""
+        self.should_stop = True
+        self.stop_reason = reason
+        log.warning("arldiag: stop requested: %s", reason)
+
+    def flush(self) -> None:
+        """Finalise nothing; publish every buffered row now."""
+        if self.writer is not None:
+            self._guard("flush", self.writer.flush, True)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._step is not None:
+                self._guard("record_step", self._finalise_step)
+            if self.writer is not None:
+                self._guard("close", self.writer.close)
+                if self.rank == 0:
+                    self.manifest["status"] = "finished"
+                    self.manifest["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
+                    if self.writer.dropped_rows:
+                        self.manifest["dropped_rows"] = self.writer.dropped_rows
+                    self._guard("close", write_json_atomic, self.root / "run.json", self.manifest)
+        finally:
+            close = getattr(self.monitor, "close", None)
+            if close is not None:
+                self._guard("monitor", close)
+
+    def __enter__(self) -> "Collector":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ internals
+    def _guard(self, where: str, fn, *args):
+        """Run collector-internal work; its own failures warn once and never kill training (unless strict)."""
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001
+            if self.strict:
+                raise
+            self._warn_once(where, f"arldiag: {where} failed ({type(exc).__name__}: {exc}); training continues")
+            return None
+
+    def _warn_once(self, key: str, msg: str) -> None:
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        log.warning(msg)
+
+    def _put(self, table: str, data: pa.Table) -> None:
+        if self.writer is not None:
+            self.writer.put(table, data)
+            if self.writer.last_error is not None and not self.strict:
+                err = self.writer.last_error
+                self._warn_once("write", f"arldiag: writing {self.root} failed ({type(err).__name__}: {err}); "
+                                         "training continues")
+
+    def _enter_step(self, step: int) -> None:
+        if self._step is not None and step != self._step:
+            self._finalise_step()
+        if self._step is None:
+            self._step = step
+
+    def _keys(self, n: int, step: int, update: int) -> dict[str, np.ndarray]:
+        return {"step": np.full(n, step, np.int64), "update": np.full(n, update, np.int32),
+                "rank": np.full(n, self.rank, np.int32)}
+
+    def _record_rollout(self, step, sid, per_sample, mask, tok, lpr, texts) -> None:
+        self._enter_step(step)
+        B = sid.shape[0]
+        lengths = mask.sum(axis=1).astype(np.int64) if mask is not None else np.zeros(B, np.int64)
+        if mask is not None:
+            idx = np.flatnonzero(mask)
+            flat_tok = tok.reshape(-1)[idx] if tok is not None else np.full(idx.size, -1, np.int64)
+            flat_lp = lpr.reshape(-1)[idx] if lpr is not None else np.full(idx.size, np.nan, np.float32)
+            per_sample["response_length"] = lengths.astype(np.int32)
+        else:
+            flat_tok, flat_lp = np.empty(0, np.int64), np.empty(0, np.float32)
+        self._rollout.add(sid, per_sample, flat_lp, flat_tok, lengths, texts)
+
+        a: dict[str, float] = {"n_roll": B}
+        r = per_sample.get("reward")
+        if r is not None:
+            rf = r[np.isfinite(r)]
+            a.update(n_roll_reward=rf.size, sum_reward=float(rf.sum()), sum_reward_sq=float(np.dot(rf, rf)))
+        fv = per_sample.get("format_valid")
+        if fv is not None:
+            a.update(n_format_known=B, n_format_valid=int(fv.sum()))
+        tr = per_sample.get("truncated")
+        if tr is not None:
+            a.update(n_trunc_known=B, n_truncated=int(tr.sum()))
+        if mask is not None and B:
+            a.update(n_resp_len=B, sum_resp_len=float(lengths.sum()), max_resp_len=float(lengths.max()),
+                     min_resp_len=float(lengths.min()))
+        traj = per_sample.get("trajectory_id", sid)
+        succ = per_sample.get("success")
+        if succ is not None:
+            ut, inv = np.unique(traj, return_inverse=True)
+            s_traj = np.zeros(ut.size, bool)
+            np.logical_or.at(s_traj, inv, succ)
+            a.update(n_traj=ut.size, n_traj_success=int(s_traj.sum()))
+        g = per_sample.get("group_id")
+        if g is not None and r is not None:
+            a.update(self._groups(step, g, traj, r, succ, fv))
+        merge_into(self._aggs, a)
+
+    def _groups(self, step, g, traj, r, succ, fv) -> dict[str, float]:
+        # Group statistics over trajectory returns (sum of the trajectory's sample rewards): GRPO's group.
+        pairs = np.stack([g, traj], axis=1)
+        up, inv = np.unique(pairs, axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        ret = np.bincount(inv, weights=np.nan_to_num(r))                       # [n_traj] returns
+        tg = up[:, 0]
+        ug, ginv = np.unique(tg, return_inverse=True)
+        n_t = np.bincount(ginv)
+        mean = np.bincount(ginv, weights=ret) / n_t
+        var = np.maximum(np.bincount(ginv, weights=ret * ret) / n_t - mean**2, 0.0)
+        # equal returns exactly -> zero std (avoid float noise from the moment formula)
+        rmin = np.full(ug.size, np.inf)
+        rmax = np.full(ug.size, -np.inf)
+        np.minimum.at(rmin, ginv, ret)
+        np.maximum.at(rmax, ginv, ret)
+        zero = rmax - rmin <= 1e-12 * np.maximum(1.0, np.abs(rmax))
+        std = np.where(zero, 0.0, np.sqrt(var))
+        sinv = np.searchsorted(ug, g)
+        n_s = np.bincount(sinv, minlength=ug.size)
+        cols = {"step": np.full(ug.size, step, np.int64), "rank": np.full(ug.size, self.rank, np.int32),
+                "group_id": ug, "n_samples": n_s.astype(np.int32), "n_trajectories": n_t.astype(np.int32),
+                "reward_mean": mean, "reward_std": std, "zero_std": zero}
+        if succ is not None:
+            s_traj = np.zeros(up.shape[0])
+            np.maximum.at(s_traj, inv, succ.astype(np.float64))
+            cols["success_frac"] = np.bincount(ginv, weights=s_traj) / n_t
+        if fv is not None:
+            cols["format_valid_frac"] = np.bincount(sinv, weights=fv.astype(np.float64), minlength=ug.size) / n_s
+        self._put("groups", _table(GROUPS, cols, ug.size))
+        return {"n_groups": ug.size, "n_groups_zero_std": int(zero.sum()), "sum_group_reward_std": float(std.sum())}
+
+    def _record_update(self, step: int, update: int, inp: UpdateInputs, sid: np.ndarray | None) -> dict:
+        self._enter_step(step)
+        B = inp.mask.shape[0]
+        if sid is None:
+            sid = (np.int64(step) << np.int64(32)) + np.arange(B, dtype=np.int64)  # unique but not linkable
+        j = self._rollout.lookup(sid)
+        known = j >= 0
+        # Align the rollout engine's log-probs / ids with the trainer's masked tokens (same count per sample).
+        if known.any() and (inp.logp_rollout is None or inp.token_ids is not None):
+            n_u = inp.mask.sum(axis=1)
+            n_r = np.where(known, self._rollout.lengths[np.maximum(j, 0)], -1)
+            same = known & (n_u == n_r)
+            idx = np.flatnonzero(inp.mask)
+            rows = idx // inp.mask.shape[1]
+            k = np.arange(idx.size) - np.concatenate(([0], np.cumsum(n_u)[:-1]))[rows]
+            src = self._rollout.offsets[np.maximum(j, 0)][rows] + k
+            ok = same[rows]
+            if inp.logp_rollout is None and not np.all(np.isnan(self._rollout.flat_logp)):
+                inp.rollout_flat_logp = np.where(ok, self._rollout.flat_logp[np.where(ok, src, 0)], np.nan) \
+                    if idx.size else np.empty(0, np.float32)
+            if inp.token_ids is not None and np.any(self._rollout.flat_tok >= 0):
+                inp.rollout_flat_token_ids = np.where(ok, self._rollout.flat_tok[np.where(ok, src, 0)], -1) \
+                    if idx.size else np.empty(0, np.int64)
+                # samples whose lengths differ: a retokenization changed the token count (count the difference)
+                diff_len = known & ~same
+                inp.retok_extra = np.where(diff_len, np.abs(n_u - n_r), -1)
+        if inp.turn_ids is None and "turn" in self._rollout.cols and known.all():
+            inp.turn_ids = self._rollout.cols["turn"][j]  # per-turn samples: the rollout said which turn each is
+        res = compute_update(inp, self.bands)
+        merge_into(self._aggs, res["aggs"])
+        self._updates.add(update)
+        self._seq_k3.append(res["seq_k3"][res["nonempty"]])
+
+        seq = res["seq"]
+        cols = dict(seq)
+        cols.update(self._keys(B, step, update))
+        cols["sample_id"] = sid
+        for name in ("group_id", "trajectory_id", "reward", "format_valid", "truncated", "success",
+                     "response_length"):
+            src_col = self._rollout.cols.get(name)
+            if src_col is not None:
+                v = src_col[np.maximum(j, 0)]
+                if np.issubdtype(v.dtype, np.floating):
+                    cols[name] = np.where(known, v, np.nan)
+                elif name in ("format_valid", "truncated", "success"):
+                    cols[name] = pa.array(v, mask=~known)
+                else:
+                    cols[name] = np.where(known, v, -1) if name != "response_length" else pa.array(v, mask=~known)
+        if cols.get("turn") is not None and (seq["turn"] < 0).all() and "turn" in self._rollout.cols:
+            cols["turn"] = np.where(known, self._rollout.cols["turn"][np.maximum(j, 0)], -1).astype(np.int16)
+        if self._rollout.texts is not None:
+            cols["text"] = pa.array([self._rollout.texts[x] if x >= 0 else None for x in j], pa.string())
+        keep_rows = res["nonempty"]
+        self._put("sequences", _table(SEQUENCES, cols, B).filter(pa.array(keep_rows)))
+
+        turn = res["turn"]
+        if turn is not None and turn["row"].size:
+            r = turn["row"]
+            tcols = {k: v for k, v in turn.items() if k != "row"}
+            tcols.update(self._keys(r.size, step, update))
+            tcols["sample_id"] = sid[r]
+            self._put("turns", _table(TURNS, tcols, r.size))
+
+        self._put_tokens(step, update, sid, res)
+        return res["aggs"]
+
+    def _put_tokens(self, step, update, sid, res) -> None:
+        rate = self.token_sample_rate
+        seq_k3 = res["seq_k3"]
+        B = sid.shape[0]
+        sampled = splitmix_unit(sid) < rate if rate < 1.0 else np.ones(B, bool)
+        keep = sampled | res["anomalous"]
+        if B and np.isfinite(seq_k3).any():  # always keep the top-1% KL contributors of the update
+            k = max(1, int(np.ceil(0.01 * B)))
+            top = np.argpartition(np.where(np.isfinite(seq_k3), seq_k3, -np.inf), B - k)[B - k:]
+            keep[top] = True
+        if not keep.any():
+            return
+        tok = res["tok"]
+        rows = tok["rows"]
+        sel = keep[rows]
+        all_kept = bool(sel.all())
+        pick = (lambda a: a) if all_kept else (lambda a: a[sel])
+        r = pick(rows)
+        n = r.size
+        cols = self._keys(n, step, update)
+        cols.update(sample_id=sid[r], pos=pick(tok["pos"]).astype(np.int32), turn=pick(tok["turn"]),
+                    logp=pick(tok["logp"]), logp_old=pick(tok["logp_old"]), advantage=pick(tok["advantage"]),
+                    log_ratio=pick(tok["log_ratio"]).astype(np.float32), sampled=sampled[r])
+        for name in ("logp_rollout", "logp_ref", "entropy"):
+            if tok[name] is not None:
+                cols[name] = pick(tok[name]).astype(np.float32, copy=False)
+        for name in ("token_id", "token_id_rollout"):
+            cols[name] = pick(tok[name]).astype(np.int32) if tok[name] is not None else np.full(n, -1, np.int32)
+        data = _table(TOKENS, cols, n)
+        # rows of non-finite tokens are excluded from the statistics but kept for inspection
+        bad = tok["bad_rows"]
+        if bad.size:
+            cnt = np.bincount(bad, minlength=B)
+            log.debug("non-finite tokens in %d samples at step %d", int((cnt > 0).sum()), step)
+        self._put("tokens", data)
+
+    def _record_step(self, step: int, user: dict[str, float]) -> dict[str, float]:
+        self._enter_step(step)
+        self._user = user
+        return self._finalise_step()
+
+    def _finalise_step(self) -> dict[str, float]:
+        step = self._step
+        if step is None:
+            return {}
+        aggs = self._aggs
+        aggs["n_updates"] = len(self._updates)
+        if self._seq_k3:
+            aggs["kl_top_share"] = top_share(np.concatenate(self._seq_k3))
+        user = getattr(self, "_user", {}) or {}
+        row = {"step": step, "rank": self.rank, "time": _dt.datetime.now(_dt.timezone.utc)}
+        row.update({a.name: aggs.get(a.name) for a in STEP_AGGS})
+        row.update({USER_METRIC_PREFIX + k: v for k, v in user.items()})
+        schema = arrow_schema("steps")
+        for k in user:
+            schema = schema.append(pa.field(USER_METRIC_PREFIX + k, pa.float64()))
+        self._put("steps", pa.Table.from_pylist([row], schema=schema))
+        metrics = derive_step_metrics(aggs)
+        metrics.update(user)
+        metrics["step"] = step
+        self.last_metrics = metrics
+        # reset the per-step state before anything can fail
+        self._step, self._aggs, self._updates, self._seq_k3, self._user = None, {}, set(), [], {}
+        self._rollout = _RolloutCache()
+        self._steps_since_flush += 1
+        if self.writer is not None and self._steps_since_flush >= self.flush_every:
+            self._steps_since_flush = 0
+            self.writer.flush()
+        if self.monitor is not None:
+            self._guard("monitor", self.monitor.on_step, step, metrics)
+        return metrics
+
+
+def _table(cols_spec, cols: Mapping[str, Any], n: int) -> pa.Table:
+    """Arrow table in schema order; absent columns become nulls."""
+    arrays, fields = [], []
+    for c in cols_spec:
+        v = cols.get(c.name)
+        if v is None:
+            arr = pa.nulls(n, c.type)
+        elif isinstance(v, (pa.Array, pa.ChunkedArray)):
+            arr = v.cast(c.type) if v.type != c.type else v
+        else:
+            v = np.asarray(v)
+            if np.issubdtype(v.dtype, np.floating) and pa.types.is_floating(c.type):
+                arr = pa.array(v.astype(c.type.to_pandas_dtype(), copy=False), mask=np.isnan(v) if
+                               v.dtype.kind == "f" and np.isnan(v).any() else None)
+            else:
+                arr = pa.array(v.astype(c.type.to_pandas_dtype(), copy=False))
+        arrays.append(arr)
+        fields.append(pa.field(c.name, c.type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
