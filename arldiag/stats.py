@@ -70,15 +70,19 @@ def compute_update(inp: UpdateInputs, bands: Bands) -> dict:
     ``turn`` (turns-table arrays or None), ``tok`` (token arrays over the N masked tokens: rows, pos, log_ratio,
     advantage, ... for the token table), ``seq_k3`` ([B] k3 KL sums), ``anomalous`` ([B] bool)."""
     B, T = inp.mask.shape
+    dense = bool(inp.mask.all())                   # packed batches: no gather needed, reshape views only
     idx = np.flatnonzero(inp.mask)                 # [N] masked positions, row-major
     rows = idx // T                                # [N] sample row of each token
     pos = idx - rows * T                           # [N] position in the row
-    lp = inp.logp.reshape(-1)[idx]                 # [N]
-    lp_old = inp.logp_old.reshape(-1)[idx]         # [N]
-    adv = inp.advantages.reshape(-1)[idx] if inp.advantages.ndim == 2 else inp.advantages[rows]  # [N]
 
     def gather(x):
-        return None if x is None else x.reshape(-1)[idx]
+        if x is None:
+            return None
+        return x.reshape(-1) if dense else x[inp.mask]  # boolean indexing keeps row-major order
+
+    lp = gather(inp.logp)                          # [N]
+    lp_old = gather(inp.logp_old)                  # [N]
+    adv = gather(inp.advantages) if inp.advantages.ndim == 2 else inp.advantages[rows]  # [N]
 
     lp_ref, ent = gather(inp.logp_ref), gather(inp.entropy)
     if inp.rollout_flat_logp is not None:
@@ -102,11 +106,11 @@ def compute_update(inp: UpdateInputs, bands: Bands) -> dict:
         ent = None if ent is None else ent[keep]
         lp_roll = None if lp_roll is None else lp_roll[keep]
         rid = None if inp.rollout_flat_token_ids is None else inp.rollout_flat_token_ids[keep]
-        tid = None if inp.token_ids is None else inp.token_ids.reshape(-1)[idx][keep]
+        tid = None if inp.token_ids is None else gather(inp.token_ids)[keep]
     else:
         rows_f, pos_f = rows, pos
         rid = inp.rollout_flat_token_ids
-        tid = None if inp.token_ids is None else inp.token_ids.reshape(-1)[idx]
+        tid = gather(inp.token_ids)
 
     f64 = np.float64
     log_ratio = np.clip(lp - lp_old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)   # [N]
@@ -116,8 +120,14 @@ def compute_update(inp: UpdateInputs, bands: Bands) -> dict:
     starts = np.concatenate(([0], np.cumsum(n_row)[:-1]))                  # [B] segment starts (rows are sorted)
     inv_n = np.where(nonempty, 1.0 / np.maximum(n_row, 1), np.nan)         # [B]
 
+    seg_starts = starts[nonempty]
+
     def rsum(x):
-        return np.bincount(rows_f, weights=x, minlength=B)                 # [B] float64
+        """Per-row sums of a token array ([N] -> [B] float64); rows are contiguous, so reduceat."""
+        out = np.zeros(B)
+        if x.size:
+            out[nonempty] = np.add.reduceat(x, seg_starts)
+        return out
 
     lo, hi = 1.0 - bands.eps_low, 1.0 + bands.eps_high
     neg, pos_adv = adv < 0, adv > 0
@@ -269,7 +279,7 @@ def compute_update(inp: UpdateInputs, bands: Bands) -> dict:
         turn = {"row": np.flatnonzero(ok), "turn": seq_turn[ok], "n_tokens": n_row[ok].astype(np.int32),
                 "advantage": adv_seq[ok], "turn_log_ratio": seq_lr[ok]}
     elif inp.turn_ids is not None:
-        tk = inp.turn_ids.reshape(-1)[idx]
+        tk = gather(inp.turn_ids)
         tk = tk[fin] if bad.any() else tk
         tok_turn = tk.astype(np.int16)
         kmax = int(tk.max()) + 1 if tk.size else 1

@@ -355,12 +355,8 @@ class Collector:
         log.warning(msg)
 
     def _put(self, table: str, data: pa.Table) -> None:
-        if self.writer is not None:
+        if self.writer is not None:  # write failures are reported (once) by the writer itself
             self.writer.put(table, data)
-            if self.writer.last_error is not None and not self.strict:
-                err = self.writer.last_error
-                self._warn_once("write", f"arldiag: writing {self.root} failed ({type(err).__name__}: {err}); "
-                                         "training continues")
 
     def _enter_step(self, step: int) -> None:
         if self._step is not None and step != self._step:
@@ -537,13 +533,7 @@ class Collector:
                 cols[name] = pick(tok[name]).astype(np.float32, copy=False)
         for name in ("token_id", "token_id_rollout"):
             cols[name] = pick(tok[name]).astype(np.int32) if tok[name] is not None else np.full(n, -1, np.int32)
-        data = _table(TOKENS, cols, n)
-        # rows of non-finite tokens are excluded from the statistics but kept for inspection
-        bad = tok["bad_rows"]
-        if bad.size:
-            cnt = np.bincount(bad, minlength=B)
-            log.debug("non-finite tokens in %d samples at step %d", int((cnt > 0).sum()), step)
-        self._put("tokens", data)
+        self._put("tokens", _table(TOKENS, cols, n))
 
     def _record_step(self, step: int, user: dict[str, float]) -> dict[str, float]:
         self._enter_step(step)
@@ -582,6 +572,10 @@ class Collector:
         return metrics
 
 
+_NP_TYPES = {pa.float32(): np.float32, pa.float64(): np.float64, pa.int16(): np.int16, pa.int32(): np.int32,
+             pa.int64(): np.int64, pa.bool_(): np.bool_, pa.string(): object}
+
+
 def _table(cols_spec, cols: Mapping[str, Any], n: int) -> pa.Table:
     """Arrow table in schema order; absent columns become nulls."""
     arrays, fields = [], []
@@ -593,11 +587,13 @@ def _table(cols_spec, cols: Mapping[str, Any], n: int) -> pa.Table:
             arr = v.cast(c.type) if v.type != c.type else v
         else:
             v = np.asarray(v)
-            if np.issubdtype(v.dtype, np.floating) and pa.types.is_floating(c.type):
-                arr = pa.array(v.astype(c.type.to_pandas_dtype(), copy=False), mask=np.isnan(v) if
-                               v.dtype.kind == "f" and np.isnan(v).any() else None)
+            npt = _NP_TYPES[c.type]
+            if v.dtype.kind == "f" and pa.types.is_floating(c.type):
+                v = v.astype(npt, copy=False)
+                nan = np.isnan(v)
+                arr = pa.array(v, mask=nan) if nan.any() else pa.array(v)
             else:
-                arr = pa.array(v.astype(c.type.to_pandas_dtype(), copy=False))
+                arr = pa.array(v.astype(npt, copy=False))
         arrays.append(arr)
         fields.append(pa.field(c.name, c.type))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))

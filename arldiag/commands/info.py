@@ -17,7 +17,7 @@ def main(args) -> int:
     out = {}
     for name in run.names:
         counts = {t: int(run.con.execute(f"SELECT count(*) FROM {'steps_raw' if t == 'steps' else t} "
-                                         "WHERE run = ?", [name]).fetchone()[0]) for t in tables}
+                                         "WHERE run = ?", [name]).fetchall()[0][0]) for t in tables}
         out[name] = {"path": str(run.paths[name]), "manifest": run.manifests[name], "rows": counts}
     if args.json:
         print(json.dumps(out, indent=2, default=str))

@@ -114,10 +114,10 @@ class Run:
         """True when the column exists and holds at least one non-null value."""
         if col not in self.columns(table):
             return False
-        return bool(self.con.execute(f'SELECT count("{col}") FROM {table}').fetchone()[0])
+        return bool(self.con.execute(f'SELECT count("{col}") FROM {table}').fetchall()[0][0])
 
     def count(self, table: str) -> int:
-        return int(self.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+        return int(self.con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0])
 
     def subset(self, name: str) -> "Run":
         if name not in self.paths:
@@ -147,8 +147,10 @@ class Run:
     # ------------------------------------------------------------------ internals
     def _list(self, path, table: str) -> list[str]:
         if self.fs is not None:
+            proto = str(path).split("://", 1)[0] + "://" if "://" in str(path) else ""
             try:
-                return sorted(p for p in self.fs.glob(f"{path}/{table}/*.parquet"))
+                return sorted(proto + p.lstrip("/") if proto else p
+                              for p in self.fs.glob(f"{path}/{table}/*.parquet"))
             except FileNotFoundError:
                 return []
         d = Path(path) / table

@@ -1,0 +1,83 @@
+"""Collector throughput: token rows per second through record_update into Parquet (all token rows kept,
+token_sample_rate=1.0), bytes per token row, and the ratio against pyarrow.parquet.write_table at its defaults
+writing the very same token rows, measured in the same process.
+
+    python benchmarks/collector_throughput.py [--tokens 8000000] [--repeat 3]
+
+Figures, not assertions: the machines are shared and noisy.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+import arldiag
+
+
+def make_batches(n_tokens: int, B: int, T: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    n_batches = max(1, n_tokens // (B * T))
+    out = []
+    for i in range(n_batches):
+        lpo = rng.normal(-1.2, 0.8, (B, T)).astype(np.float32)
+        out.append(dict(logp=lpo + rng.normal(0, 0.05, (B, T)).astype(np.float32), logp_old=lpo,
+                        logp_ref=lpo + np.float32(0.01), entropy=np.abs(lpo),
+                        advantages=rng.normal(size=B).astype(np.float32), response_mask=np.ones((B, T), bool),
+                        sample_ids=np.arange(B) + i * B))
+    return out
+
+
+def run_collector(batches, root: Path) -> tuple[float, int, Path]:
+    t0 = time.perf_counter()
+    with arldiag.Collector(root, token_sample_rate=1.0, flush_every=1_000_000) as col:
+        for i, b in enumerate(batches):
+            col.record_update(i // 4, i % 4, **b)
+    dt = time.perf_counter() - t0
+    n = sum(int(b["response_mask"].sum()) for b in batches)
+    return dt, n, root
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=8_000_000)
+    ap.add_argument("--B", type=int, default=512)
+    ap.add_argument("--T", type=int, default=1024)
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+    batches = make_batches(a.tokens, a.B, a.T)
+    tmp = Path(tempfile.mkdtemp(prefix="arldiag-bench-"))
+    try:
+        best = None
+        for r in range(a.repeat):
+            d = tmp / f"run{r}"
+            dt, n, root = run_collector(batches, d)
+            best = dt if best is None else min(best, dt)
+        files = sorted((tmp / "run0" / "tokens").glob("*.parquet"))
+        tok_bytes = sum(f.stat().st_size for f in files)
+        table = pq.read_table(files)  # the same token rows, written again with pyarrow's defaults
+        base = None
+        for r in range(a.repeat):
+            t0 = time.perf_counter()
+            pq.write_table(table, tmp / f"default{r}.parquet")
+            dt = time.perf_counter() - t0
+            base = dt if base is None else min(base, dt)
+        base_bytes = (tmp / "default0.parquet").stat().st_size
+        rows = table.num_rows
+        print(f"token rows              : {rows:,d} ({len(batches)} updates of [{a.B}, {a.T}])")
+        print(f"collector (stats+write) : {rows / best / 1e6:.2f} M token rows/s  ({best:.2f} s)")
+        print(f"write_table defaults    : {rows / base / 1e6:.2f} M token rows/s  ({base:.2f} s, write only)")
+        print(f"throughput ratio        : {base / best:.2f}x the defaults")
+        print(f"bytes per token row     : {tok_bytes / rows:.2f} (defaults: {base_bytes / rows:.2f}; "
+              f"{base_bytes / tok_bytes:.2f}x smaller)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
