@@ -294,10 +294,10 @@ class Collector:
         """Append one row to the run's alerts table (used by monitors and alert sinks)."""
         import json
 
-        row = {"step": int(step), "time": _dt.datetime.now(_dt.timezone.utc), "detector": detector,
+        row = {"step": int(step), "time": _now_us(), "detector": detector,
                "severity": severity, "state": state, "risk": float(risk), "title": title, "message": message,
                "evidence": json.dumps(evidence or {}, default=_json_default), "source": source}
-        self._put("alerts", pa.Table.from_pylist([row], schema=arrow_schema("alerts")))
+        self._put("alerts", _row_table(arrow_schema("alerts"), row))
 
     def request_stop(self, reason: str) -> None:
         """Ask the trainer to stop (it reads ``should_stop``)."""
@@ -483,16 +483,18 @@ class Collector:
                 v = src_col[np.maximum(j, 0)]
                 if np.issubdtype(v.dtype, np.floating):
                     cols[name] = np.where(known, v, np.nan)
-                elif name in ("format_valid", "truncated", "success"):
-                    cols[name] = pa.array(v, mask=~known)
-                else:
-                    cols[name] = np.where(known, v, -1) if name != "response_length" else pa.array(v, mask=~known)
+                elif name in ("group_id", "trajectory_id"):
+                    cols[name] = np.where(known, v, -1)
+                else:  # unknown sample: null, not a made-up value
+                    cols[name] = np.ma.array(v, mask=~known)
         if cols.get("turn") is not None and (seq["turn"] < 0).all() and "turn" in self._rollout.cols:
             cols["turn"] = np.where(known, self._rollout.cols["turn"][np.maximum(j, 0)], -1).astype(np.int16)
+        keep = np.flatnonzero(res["nonempty"])  # samples with no (finite) token carry no statistics
         if self._rollout.texts is not None:
-            cols["text"] = pa.array([self._rollout.texts[x] if x >= 0 else None for x in j], pa.string())
-        keep_rows = res["nonempty"]
-        self._put("sequences", _table(SEQUENCES, cols, B).filter(pa.array(keep_rows)))
+            cols["text"] = [self._rollout.texts[j[i]] if j[i] >= 0 else None for i in keep]
+        cols = {k: (v if isinstance(v, list) else np.asarray(v)[keep] if not isinstance(v, np.ma.MaskedArray)
+                    else v[keep]) for k, v in cols.items()}
+        self._put("sequences", _table(SEQUENCES, cols, keep.size))
 
         turn = res["turn"]
         if turn is not None and turn["row"].size:
@@ -549,13 +551,13 @@ class Collector:
         if self._seq_k3:
             aggs["kl_top_share"] = top_share(np.concatenate(self._seq_k3))
         user = getattr(self, "_user", {}) or {}
-        row = {"step": step, "rank": self.rank, "time": _dt.datetime.now(_dt.timezone.utc)}
+        row = {"step": step, "rank": self.rank, "time": _now_us()}
         row.update({a.name: aggs.get(a.name) for a in STEP_AGGS})
         row.update({USER_METRIC_PREFIX + k: v for k, v in user.items()})
         schema = arrow_schema("steps")
         for k in user:
             schema = schema.append(pa.field(USER_METRIC_PREFIX + k, pa.float64()))
-        self._put("steps", pa.Table.from_pylist([row], schema=schema))
+        self._put("steps", _row_table(schema, row))
         metrics = derive_step_metrics(aggs)
         metrics.update(user)
         metrics["step"] = step
@@ -573,7 +575,71 @@ class Collector:
 
 
 _NP_TYPES = {pa.float32(): np.float32, pa.float64(): np.float64, pa.int16(): np.int16, pa.int32(): np.int32,
-             pa.int64(): np.int64, pa.bool_(): np.bool_, pa.string(): object}
+             pa.int64(): np.int64, pa.bool_(): np.bool_}
+
+
+def _strings(values: list) -> pa.Array:
+    """Arrow string array from Python strings (None = null), built from offset/data buffers."""
+    enc = [b"" if x is None else str(x).encode() for x in values]
+    offsets = np.zeros(len(enc) + 1, np.int32)
+    np.cumsum([len(b) for b in enc], out=offsets[1:])
+    miss = np.array([x is None for x in values], bool)
+    validity = _bits(~miss) if miss.any() else None
+    return pa.Array.from_buffers(pa.string(), len(enc), [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(enc))],
+                                 null_count=int(miss.sum()))
+
+
+def _nulls(n: int, typ: pa.DataType) -> pa.Array:
+    return pa.nulls(n, typ)  # (unlike pa.array, pa.nulls does not import pandas)
+
+
+def _now_us() -> int:
+    return int(_dt.datetime.now(_dt.timezone.utc).timestamp() * 1_000_000)
+
+
+def _row_table(schema: pa.Schema, row: Mapping[str, Any]) -> pa.Table:
+    """One-row table (steps/alerts rows) without pa.array/from_pylist, which import pandas."""
+    cols = {}
+    for f in schema:
+        v = row.get(f.name)
+        if v is None or (isinstance(v, float) and v != v and not pa.types.is_floating(f.type)):
+            cols[f.name] = _nulls(1, f.type)
+        elif f.type == pa.string():
+            cols[f.name] = _strings([v])
+        else:
+            cols[f.name] = np_to_arrow(np.array([v]), f.type)
+    return pa.Table.from_arrays(list(cols.values()), schema=schema)
+
+
+def _bits(mask: np.ndarray) -> pa.Buffer:
+    return pa.py_buffer(np.packbits(mask, bitorder="little"))
+
+
+def np_to_arrow(v: np.ndarray, typ: pa.DataType) -> pa.Array:
+    """Zero-copy numpy -> Arrow for primitive columns (NaN floats become nulls).
+
+    Built from buffers rather than ``pa.array`` because the latter probes for pandas and imports it, which
+    would put pandas on the trainer's hot path."""
+    n = v.shape[0]
+    if typ == pa.string():
+        return _strings(list(v))
+    if pa.types.is_timestamp(typ):
+        return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(np.ascontiguousarray(v, np.int64))])
+    validity, nulls = None, 0
+    if isinstance(v, np.ma.MaskedArray):
+        miss = np.ma.getmaskarray(v)
+        nulls = int(miss.sum())
+        validity = _bits(~miss) if nulls else None
+        v = v.filled(0)
+    if typ == pa.bool_():
+        return pa.Array.from_buffers(typ, n, [validity, _bits(v.astype(bool, copy=False))], null_count=nulls)
+    v = np.ascontiguousarray(v.astype(_NP_TYPES[typ], copy=False))
+    if v.dtype.kind == "f" and validity is None:
+        nan = np.isnan(v)
+        nulls = int(nan.sum())
+        if nulls:
+            validity = _bits(~nan)
+    return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(v)], null_count=nulls)
 
 
 def _table(cols_spec, cols: Mapping[str, Any], n: int) -> pa.Table:
@@ -582,18 +648,13 @@ def _table(cols_spec, cols: Mapping[str, Any], n: int) -> pa.Table:
     for c in cols_spec:
         v = cols.get(c.name)
         if v is None:
-            arr = pa.nulls(n, c.type)
+            arr = _nulls(n, c.type)
         elif isinstance(v, (pa.Array, pa.ChunkedArray)):
             arr = v.cast(c.type) if v.type != c.type else v
+        elif isinstance(v, list):
+            arr = _strings(v)
         else:
-            v = np.asarray(v)
-            npt = _NP_TYPES[c.type]
-            if v.dtype.kind == "f" and pa.types.is_floating(c.type):
-                v = v.astype(npt, copy=False)
-                nan = np.isnan(v)
-                arr = pa.array(v, mask=nan) if nan.any() else pa.array(v)
-            else:
-                arr = pa.array(v.astype(npt, copy=False))
+            arr = np_to_arrow(v if isinstance(v, np.ma.MaskedArray) else np.asarray(v), c.type)
         arrays.append(arr)
         fields.append(pa.field(c.name, c.type))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
