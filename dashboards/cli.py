@@ -1,0 +1,35 @@
+"""`arldiag dashboard RUNS_ROOT [--port 8050] [--host 127.0.0.1] [--token TOKEN]`."""
+from __future__ import annotations
+
+import argparse
+import socket
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("root", type=Path, help="folder holding run directories (searched 3 levels deep)")
+    parser.add_argument("--port", type=int, default=8050)
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind; anything but a loopback address requires a token")
+    parser.add_argument("--token", default=None,
+                        help="access token (generated and printed when --host is not loopback and none is given)")
+    parser.add_argument("--refresh", type=float, default=2.0, help="live refresh period in seconds")
+
+
+def main(args: argparse.Namespace) -> int:
+    from arldiag.dashboards.app import create_app
+    from arldiag.dashboards.security import is_loopback, new_token
+
+    if not args.root.is_dir():
+        print(f"arldiag dashboard: {args.root} is not a directory")
+        return 2
+    token = args.token
+    if not is_loopback(args.host) and not token:
+        token = new_token()
+    app = create_app(args.root, token=token, refresh_ms=max(200, int(args.refresh * 1000)))
+    # a wildcard bind is reached through this machine's name, not through "0.0.0.0"
+    shown = socket.gethostname() if args.host in ("0.0.0.0", "::", "") else args.host
+    url = f"http://{shown}:{args.port}/" + (f"?token={token}" if token else "")
+    print(f"arldiag dashboard over {args.root.resolve()} at {url}", flush=True)
+    app.run(host=args.host, port=args.port, debug=False)
+    return 0

@@ -1,0 +1,159 @@
+"""Plotly figures from the small frames of queries.py (pure: data in, figure out)."""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+RUN_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"]
+METRIC_DASHES = ["solid", "dot", "dash", "dashdot", "longdash"]
+STATE_COLORS = {"watch": "rgba(255, 215, 0, 0.18)", "warning": "rgba(255, 140, 0, 0.18)",
+                "critical": "rgba(220, 20, 60, 0.14)"}
+# hoverdistance -1: hovering anywhere over a panel picks the nearest step, so a click anywhere selects a step
+LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=230, t=40, b=40), hovermode="x unified", hoverdistance=-1,
+              legend=dict(x=1.01, xanchor="left", y=1, yanchor="top", font=dict(size=10)), uirevision="keep")
+
+
+def message_figure(text: str, height: int = 220) -> go.Figure:
+    fig = go.Figure()
+    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=14))
+    fig.update_layout(template="plotly_white", height=height, xaxis=dict(visible=False), yaxis=dict(visible=False),
+                      margin=dict(l=20, r=20, t=20, b=20))
+    return fig
+
+
+def panel_figure(series: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str, Sequence[str]]],
+                 bands: Sequence[tuple[int, int, str]] = (), height_per_panel: int = 170,
+                 title: str = "") -> go.Figure:
+    """Stacked line panels sharing the step axis. ``series``: run name -> frame with ``step`` and metric columns
+    (runs are colours, metrics in a panel are dash styles); ``bands``: (first, last, state) shaded over all panels."""
+    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.04,
+                        subplot_titles=[p[0] for p in panels])
+    for row, (_, metrics) in enumerate(panels, start=1):
+        # one legend per panel, beside it (plotly >= 5.15 multiple legends): names stay next to their curves
+        legend = "legend" if row == 1 else f"legend{row}"
+        top = fig.layout["yaxis" if row == 1 else f"yaxis{row}"].domain[1]
+        fig.layout[legend] = dict(x=1.01, xanchor="left", y=top, yanchor="top", font=dict(size=10),
+                                  tracegroupgap=2)
+        recorded = False
+        for ri, (run, df) in enumerate(series.items()):
+            for mi, m in enumerate(metrics):
+                if m not in df or not np.isfinite(df[m].to_numpy(float)).any():
+                    continue
+                recorded = True
+                name = f"{run} · {m}" if len(series) > 1 else m
+                fig.add_trace(go.Scatter(
+                    x=df["step"], y=df[m], mode="lines", name=name, legend=legend,
+                    line=dict(color=RUN_COLORS[ri % len(RUN_COLORS)], dash=METRIC_DASHES[mi % len(METRIC_DASHES)],
+                              width=1.6),
+                    connectgaps=False, hovertemplate="%{y:.4g}"), row=row, col=1)
+        if not recorded:
+            axis = "" if row == 1 else str(row)
+            fig.add_annotation(text="not recorded", showarrow=False, xref=f"x{axis} domain",
+                               yref=f"y{axis} domain", x=0.5, y=0.5, font=dict(color="#888"))
+    _add_bands(fig, bands)
+    fig.update_layout(**{k: v for k, v in LAYOUT.items() if k != "legend"},
+                      height=max(220, height_per_panel * len(panels) + 60), title=title or None)
+    fig.update_xaxes(title_text="step", row=len(panels), col=1)
+    return fig
+
+
+def _add_bands(fig: go.Figure, bands: Sequence[tuple[int, int, str]]) -> None:
+    # One shape per band spanning the whole figure (yref=paper): cheap even with many panels.
+    for first, last, state in bands:
+        fig.add_shape(type="rect", xref="x", yref="paper", x0=first - 0.5, x1=last + 0.5, y0=0, y1=1,
+                      fillcolor=STATE_COLORS.get(state, "rgba(128,128,128,0.2)"), line_width=0, layer="below")
+
+
+def ratio_heatmap_figure(hist: Mapping[str, Any], band: tuple[float, float] | None = None) -> go.Figure:
+    """Two heatmaps (A > 0, A < 0): x = step, y = log IS ratio bin, colour = fraction of that step's rows."""
+    if not hist.get("steps"):
+        return message_figure(f"no {hist.get('level', '')} rows with a non-zero advantage")
+    edges = np.asarray(hist["edges"])
+    centers = (edges[:-1] + edges[1:]) / 2
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
+                        subplot_titles=["advantage > 0", "advantage < 0"])
+    for col, sign in ((1, "pos"), (2, "neg")):
+        fig.add_trace(go.Heatmap(
+            x=hist["steps"], y=centers, z=hist[sign], colorscale="Viridis", zmin=0,
+            zmax=float(max(np.max(hist["pos"], initial=0), np.max(hist["neg"], initial=0))) or 1.0,
+            showscale=(col == 2), colorbar=dict(title="fraction"),
+            hovertemplate="step %{x}<br>log ratio %{y:.4f}<br>fraction %{z:.3f}<extra></extra>"), row=1, col=col)
+        if band:
+            for e in band:
+                if math.isfinite(e) and abs(e) <= hist["half_range"]:
+                    fig.add_hline(y=e, line=dict(color="white", dash="dash", width=1), row=1, col=col)
+    what = "sequence log ratio log s_i" if hist.get("level") == "sequences" else "token log ratio log r_t (sampled)"
+    fig.update_layout(**{**LAYOUT, "hovermode": "closest"}, height=380,
+                      title=f"{what}: distribution per step (dashed: clip band)")
+    fig.update_yaxes(title_text="log ratio", row=1, col=1)
+    fig.update_xaxes(title_text="step")
+    return fig
+
+
+def turn_heatmap_figure(df: pd.DataFrame) -> go.Figure:
+    """x = step, y = turn index, colour = mean |log s_ik| (ATPO turn ratio drift)."""
+    if df is None or df.empty:
+        return message_figure("no turn rows (single-turn run, or turns not recorded)")
+    piv = df.pivot_table(index="turn", columns="step", values="mean_abs_log_ratio", aggfunc="mean")
+    fig = go.Figure(go.Heatmap(x=list(piv.columns), y=list(piv.index), z=piv.to_numpy(), colorscale="Magma",
+                               colorbar=dict(title="mean |log s_ik|"),
+                               hovertemplate="step %{x}<br>turn %{y}<br>%{z:.4f}<extra></extra>"))
+    fig.update_layout(**{**LAYOUT, "hovermode": "closest"}, height=320, title="turn ratio drift by turn index",
+                      xaxis_title="step", yaxis=dict(title="turn", dtick=1))
+    return fig
+
+
+def timeline_figure(timelines: Mapping[str, pd.DataFrame], findings_steps: Mapping[str, list[int]] | None = None
+                    ) -> go.Figure:
+    """Collapse risk per step for each run, markers coloured by alert state."""
+    if not timelines or all(t is None or t.empty for t in timelines.values()):
+        return message_figure("no alert timeline (detectors unavailable or no steps yet)")
+    fig = go.Figure()
+    colors = {"ok": "#2ca02c", "watch": "#e6c200", "warning": "#ff8c00", "critical": "#dc143c"}
+    for ri, (run, t) in enumerate(timelines.items()):
+        if t is None or t.empty:
+            continue
+        t = t.sort_values("step")
+        fig.add_trace(go.Scatter(x=t["step"], y=t["risk"], mode="lines+markers", name=run,
+                                 line=dict(color=RUN_COLORS[ri % len(RUN_COLORS)], width=1.5),
+                                 marker=dict(size=6, color=[colors.get(s, "#888") for s in t["state"].astype(str)]),
+                                 text=t["state"], hovertemplate="step %{x}<br>risk %{y:.2f}<br>%{text}"))
+    fig.update_layout(**LAYOUT, height=280, title="collapse risk (marker colour: alert state)",
+                      yaxis=dict(range=[0, 1.05], title="risk"), xaxis_title="step")
+    return fig
+
+
+def token_figure(tokens: pd.DataFrame, color_by: str = "log_ratio") -> go.Figure:
+    """Per-position bars of the token log ratio or k3 KL contribution of one sequence."""
+    if tokens is None or tokens.empty:
+        return message_figure("no token rows")
+    col = "log_ratio" if color_by == "log_ratio" else "kl_k3"
+    y = tokens[col].to_numpy(float)
+    colors = token_colors(y, color_by)
+    fig = go.Figure(go.Bar(x=tokens["pos"], y=y, marker_color=colors,
+                           customdata=np.stack([tokens["token_id"], tokens["turn"]], axis=-1),
+                           hovertemplate="pos %{x}<br>token %{customdata[0]} (turn %{customdata[1]})"
+                                         "<br>%{y:.4g}<extra></extra>"))
+    fig.update_layout(**{**LAYOUT, "hovermode": "closest"}, height=260, xaxis_title="position",
+                      yaxis_title="log r_t = lp - lp_old" if col == "log_ratio" else "k3 = r - log r - 1")
+    return fig
+
+
+def token_colors(values: np.ndarray, color_by: str = "log_ratio", scale: float | None = None) -> list[str]:
+    """CSS colours: log ratio on a diverging blue (r < 1) / red (r > 1) scale; KL contribution on a white -> red
+    scale. ``scale`` is the value of full saturation (default: the largest |value|, at least 1e-6)."""
+    v = np.nan_to_num(np.asarray(values, dtype=float), nan=0.0, posinf=0.0, neginf=0.0)
+    s = scale if scale is not None else max(float(np.max(np.abs(v), initial=0.0)), 1e-6)
+    out = []
+    for x in v:
+        a = min(abs(x) / s, 1.0)
+        if color_by == "log_ratio" and x < 0:
+            out.append(f"rgba(31, 119, 180, {0.15 + 0.85 * a:.3f})")
+        else:
+            out.append(f"rgba(214, 39, 40, {0.15 + 0.85 * a:.3f})")
+    return out

@@ -1,0 +1,64 @@
+"""The page: run picker, view tabs, one container per view (shown/hidden by its own callback), live refresh."""
+from __future__ import annotations
+
+from dash import dcc, html
+
+from arldiag.dashboards.source import RunSource
+
+TABS = [("overview", "Overview"), ("ratios", "IS ratios & clipping"), ("kl", "KL & mismatch"),
+        ("advantages", "Advantages & groups"), ("entropy", "Entropy"), ("turns", "Turns"),
+        ("alerts", "Alert timeline"), ("sequences", "Sequence explorer")]
+GRAPH_CONFIG = {"displaylogo": False}
+HIDDEN, SHOWN = {"display": "none"}, {"display": "block"}
+
+
+def _graph(gid: str) -> dcc.Graph:
+    return dcc.Graph(id=gid, config=GRAPH_CONFIG)
+
+
+def build_layout(source: RunSource, refresh_ms: int = 2000) -> html.Div:
+    names = source.names(rescan=True)
+    return html.Div(className="page", children=[
+        html.Div(className="header", children=[
+            html.H3("arldiag"),
+            dcc.Dropdown(id="run-select", options=[{"label": n, "value": n} for n in names],
+                         value=names[:1], multi=True, placeholder="pick runs", className="runs"),
+            html.Span(id="status", className="muted",
+                      children=f"{len(names)} run(s) under {source.root.name or source.root}"),
+        ]),
+        dcc.Tabs(id="tabs", value="overview", children=[dcc.Tab(label=label, value=v) for v, label in TABS]),
+        html.Div(id="view-overview", children=[html.Div(id="overview-note", className="muted"),
+                                               _graph("g-overview")]),
+        html.Div(id="view-ratios", style=HIDDEN, children=[
+            dcc.RadioItems(id="ratio-level", value="sequences", inline=True,
+                           options=[{"label": " sequence ratio s_i", "value": "sequences"},
+                                    {"label": " token ratio r_t (sampled tokens)", "value": "tokens"}]),
+            _graph("g-ratios-heat"), _graph("g-clipping")]),
+        html.Div(id="view-kl", style=HIDDEN, children=[_graph("g-kl")]),
+        html.Div(id="view-advantages", style=HIDDEN, children=[_graph("g-advantages")]),
+        html.Div(id="view-entropy", style=HIDDEN, children=[_graph("g-entropy")]),
+        html.Div(id="view-turns", style=HIDDEN, children=[_graph("g-turns-heat"), _graph("g-turns")]),
+        html.Div(id="view-alerts", style=HIDDEN, children=[
+            _graph("g-timeline"), html.H4("Findings (first selected run)"), html.Div(id="findings"),
+            html.H4("Stored alerts"), html.Div(id="alerts-table")]),
+        html.Div(id="view-sequences", style=HIDDEN, children=[
+            html.Div(className="controls", children=[
+                html.Label("step "), dcc.Input(id="step-input", type="number", debounce=True, min=0, step=1,
+                                               placeholder="latest", style={"width": "140px"}),
+                dcc.RadioItems(id="seq-by", value="ppo_kl_k3_sum", inline=True, options=[
+                    {"label": " largest k3 KL", "value": "ppo_kl_k3_sum"},
+                    {"label": " negative-A low-IS", "value": "neg_adv_low_is"},
+                    {"label": " lowest s_i", "value": "seq_ratio"}]),
+            ]),
+            html.Div(id="seq-info", className="muted"),
+            html.Div(id="seq-table", className="seqtable"),
+            dcc.Store(id="seq-selected"),
+            html.Div(className="controls", children=[dcc.RadioItems(id="color-by", value="log_ratio", inline=True,
+                options=[{"label": " colour by log ratio", "value": "log_ratio"},
+                         {"label": " colour by KL contribution", "value": "kl"}])]),
+            html.Div(id="seq-header"), html.Div(id="token-spans", className="tokens"), _graph("g-tokens"),
+        ]),
+        dcc.Interval(id="tick", interval=int(refresh_ms), n_intervals=0),
+        dcc.Store(id="data-version", data=source.version),
+    ])
+
