@@ -19,12 +19,12 @@ def severity_rank(severity: str) -> int:
     return SEVERITIES.index(severity) if severity in SEVERITIES else -1
 
 
-def _clean(x: Any) -> Any:
+def jsonable(x: Any) -> Any:
     """JSON-safe copy: NaN/Inf -> None, numpy scalars -> Python, tuples -> lists."""
     if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
+        return [jsonable(v) for v in x]
     if hasattr(x, "item") and not isinstance(x, (str, bytes)):
         try:
             x = x.item()
@@ -60,7 +60,7 @@ class Finding:
         return self.status == "fired"
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean({"version": FINDINGS_VERSION, **asdict(self)})
+        return jsonable({"version": FINDINGS_VERSION, **asdict(self)})
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Finding":
@@ -72,7 +72,7 @@ class Finding:
 
 
 def findings_to_json(findings: list[Finding], **extra: Any) -> str:
-    return json.dumps(_clean({"version": FINDINGS_VERSION, **extra,
+    return json.dumps(jsonable({"version": FINDINGS_VERSION, **extra,
                               "findings": [f.to_dict() for f in findings]}), indent=2)
 
 

@@ -422,7 +422,8 @@ def metric_sql(m: Metric) -> str:
         e = f"{m.scale!r} * ({num}) / {nz(a[1])} + {m.offset!r}"
     elif m.kind == "std":
         s, ss, n = a
-        e = f"sqrt(greatest({q(ss)} / {nz(n)} - pow({q(s)} / {nz(n)}, 2), 0))"
+        # CASE, not greatest(): DuckDB's greatest() skips NULLs, which would turn "not recorded" into 0
+        e = f"CASE WHEN {q(n)} > 0 THEN sqrt(greatest({q(ss)} / {q(n)} - pow({q(s)} / {q(n)}, 2), 0)) END"
     elif m.kind == "cov":
         sxy, sx, sy, n = a
         e = f"{q(sxy)} / {nz(n)} - ({q(sx)} / {nz(n)}) * ({q(sy)} / {nz(n)})"

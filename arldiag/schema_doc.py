@@ -57,7 +57,8 @@ def render() -> str:
     out.append(_table("alerts", ALERTS))
     out.append("\n## `steps`\n\nOne row per (run, step): raw aggregates merged over updates and ranks "
                "(sum / max / min), then these metrics derived from them. Trainer metrics given to "
-               "`record_step(metrics=...)` appear under their own names (renamed `user/<name>` on a clash).\n")
+               "`record_step(metrics=...)` appear under their own names; one whose name is a derived metric fills "
+               "that metric where arldiag recorded nothing and is also kept as `user/<name>`.\n")
     out.append("| column | meaning | unit | same as |\n|---|---|---|---|")
     out.append("| `step` | training step | | |\n| `time` | when the step was finalised (UTC) | | |")
     for m in STEP_METRICS:

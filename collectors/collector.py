@@ -559,7 +559,13 @@ class Collector:
             schema = schema.append(pa.field(USER_METRIC_PREFIX + k, pa.float64()))
         self._put("steps", _row_table(schema, row))
         metrics = derive_step_metrics(aggs)
-        metrics.update(user)
+        for k, v in user.items():  # same rule as the reader's steps view: a derived value wins, the trainer's
+            if k in metrics:       # value fills it when arldiag recorded nothing, and stays as user/<name>
+                if metrics[k] != metrics[k]:
+                    metrics[k] = v
+                metrics[f"user/{k}"] = v
+            else:
+                metrics[k] = v
         metrics["step"] = step
         self.last_metrics = metrics
         # reset the per-step state before anything can fail

@@ -189,11 +189,14 @@ class Run:
         agg_sql = [f'{merge[a.merge]}("{a.name}") AS "{a.name}"' for a in STEP_AGGS]
         # user metrics: ranks usually log the same value; the mean is the natural merge
         agg_sql += [f'avg("{c}") AS "{c}"' for c in user]
-        derived = [f'{metric_sql(m)} AS "{m.name}"' for m in STEP_METRICS]
+        user_names = {c[len(USER_METRIC_PREFIX):]: c for c in user}
+        # A trainer metric with the name of a derived one (e.g. an imported run's `entropy`) fills it where arldiag
+        # recorded nothing, so detectors read it; the trainer's own value is also kept as `user/<name>`.
+        derived = [f'coalesce({metric_sql(m)}, "{user_names[m.name]}") AS "{m.name}"' if m.name in user_names
+                   else f'{metric_sql(m)} AS "{m.name}"' for m in STEP_METRICS]
         names = {m.name for m in STEP_METRICS}
         user_sql = []
-        for c in user:
-            n = c[len(USER_METRIC_PREFIX):]
+        for n, c in user_names.items():
             alias = n if n not in names and n not in ("run", "step", "time") else f"user/{n}"
             user_sql.append(f'"{c}" AS "{alias}"')
         self.con.execute(

@@ -114,3 +114,21 @@ def test_fsspec_memory_filesystem(tmp_path):
             fs.pipe(f"/runs/r/{f.relative_to(tmp_path / 'r')}", f.read_bytes())
     run = arldiag.open_run("memory://runs/r")
     assert run.sql("select count(*) from steps").fetchall() == [(2,)]
+
+
+def test_user_metric_clash_and_unrecorded_std(tmp_path):
+    # an imported-style run: only step metrics, one named like a derived metric
+    with arldiag.Collector(tmp_path / "r") as col:
+        m = col.record_step(0, {"entropy": 1.25, "grad_norm": 3.0})
+    run = arldiag.open_run(tmp_path / "r")
+    row = run.sql('select entropy, "user/entropy", grad_norm, adv_std, log_ratio_std from steps').fetchall()[0]
+    assert row == (1.25, 1.25, 3.0, None, None)
+    assert m["entropy"] == 1.25 and m["user/entropy"] == 1.25  # the online evaluator agrees
+    # where arldiag did record the metric, its own value wins
+    with arldiag.Collector(tmp_path / "s") as col:
+        col.record_update(0, logp=np.zeros((1, 2)), logp_old=np.zeros((1, 2)), advantages=[1.0],
+                          response_mask=np.ones((1, 2), bool), entropy=np.full((1, 2), 0.5))
+        m = col.record_step(0, {"entropy": 9.0})
+    run = arldiag.open_run(tmp_path / "s")
+    assert run.sql('select entropy, "user/entropy" from steps').fetchall() == [(0.5, 9.0)]
+    assert m["entropy"] == 0.5

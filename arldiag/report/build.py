@@ -1,0 +1,207 @@
+"""Assemble a report: open the run(s), run the detectors, gather the data each section needs.
+
+The result (``Report``) is renderer-agnostic; html.py, markdown.py and jsonout.py turn it into files. The detectors
+are imported lazily (``analyse``) so this module imports even where the detectors package is absent, and tests can
+inject their own findings.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from arldiag.findings import Finding
+from arldiag.report import data as D
+from arldiag.report import signals as S
+from arldiag.report.dimensions import Section, sections
+from arldiag.report.recommend import Recommendation, recommendations
+from arldiag.report.verdict import Verdict, registry_lagging, verdict
+
+# analyse(run) -> (findings, {run name: collapse step or None}, alert timeline DataFrame)
+Analyse = Callable[[Any], tuple[list[Finding], dict[str, int | None], pd.DataFrame]]
+
+
+def detector_analysis(run: Any) -> tuple[list[Finding], dict[str, int | None], pd.DataFrame]:
+    """The detectors' view of a run: the same Findings `arldiag detect` prints."""
+    from arldiag.detectors import alert_timeline, collapse_step, detect
+
+    return list(detect(run)), dict(collapse_step(run)), alert_timeline(run)
+
+
+@dataclass
+class RunReport:
+    name: str
+    path: str
+    manifest: dict[str, Any]
+    steps: pd.DataFrame                       # full step metrics (one row per step)
+    cols: dict[str, str]                      # signal key -> step column holding its data
+    findings: list[Finding]
+    timeline: pd.DataFrame                    # run, step, risk, state
+    verdict: Verdict
+    recommendations: list[Recommendation]
+    sections: list[Section]
+    rows: dict[str, int]                      # rows per table for this run
+    heatmaps: dict[str, D.Heatmap] = field(default_factory=dict)  # "sequences" / "tokens"
+    comparison: D.Comparison | None = None    # neg-adv low-IS before vs at collapse
+    turns: pd.DataFrame | None = None
+    offenders: list[D.Offender] = field(default_factory=list)
+    alerts: pd.DataFrame | None = None        # alerts recorded while the run was written (first 50)
+    window: tuple[int, int] | None = None     # steps the offenders were taken from
+    clip: list[float] | None = None
+    seq_clip: list[float] | None = None
+
+
+@dataclass
+class Report:
+    main: RunReport
+    baseline: RunReport | None
+    generated: str
+    version: str
+    max_points: int
+    decode: Callable[[int], str] | None = None
+
+    @property
+    def runs(self) -> list[RunReport]:
+        return [self.main] + ([self.baseline] if self.baseline is not None else [])
+
+
+def _open(run_or_path: Any, arg: str) -> Any:
+    """An open Run of exactly one run (a report is about one run; --baseline adds a second)."""
+    run = run_or_path
+    if isinstance(run_or_path, (str, Path)):
+        from arldiag.store.reader import open_run
+
+        run = open_run(str(run_or_path))
+    if len(run.names) != 1:
+        raise ValueError(f"{arg}: {run_or_path} holds {len(run.names)} runs ({', '.join(run.names[:5])}); "
+                         "pass one run folder (and a second one with --baseline)")
+    return run
+
+
+def _window(n_steps: int) -> int:
+    """Half-width of the 'at collapse' window: 5 % of the run, at least 3 steps."""
+    return max(3, int(round(0.05 * n_steps)))
+
+
+def gather(run: Any, analyse: Analyse = detector_analysis, name: str | None = None, progress: Any = None
+           ) -> RunReport:
+    """Everything the renderers need for one run (``name`` picks one run of a multi-run view)."""
+    tick = (lambda desc: (progress.set_description(desc), progress.update(1))) if progress is not None \
+        else (lambda desc: None)
+    name = name or run.names[0]
+    sub = run.subset(name) if len(run.names) > 1 else run
+    manifest = dict(sub.manifests.get(name, sub.manifest) if hasattr(sub, "manifests") else sub.manifest)
+    tick(f"{name}: detectors")
+    found, collapse_by_run, timeline = analyse(sub)
+    found = [f for f in found if f.run in (None, name)]
+    collapse = collapse_by_run.get(name)
+    if timeline is not None and not timeline.empty and "run" in timeline:
+        timeline = timeline[timeline["run"] == name]
+    timeline = timeline if timeline is not None else pd.DataFrame(columns=["run", "step", "risk", "state"])
+    v = verdict(found, collapse, timeline, registry_lagging())
+
+    tick(f"{name}: step series")
+    steps = D.step_frame(sub, name)
+    cols = S.resolve(S.ALL_SIGNALS, D.columns_with_data(steps))
+    rows = {t: D.table_rows(sub, t, name) for t in ("tokens", "sequences", "turns", "groups", "steps", "alerts")}
+    clip, seq_clip = manifest.get("clip"), manifest.get("seq_clip")
+    rep = RunReport(name=name, path=str(getattr(sub, "paths", {}).get(name, "")), manifest=manifest, steps=steps,
+                    cols=cols, findings=found, timeline=timeline, verdict=v, recommendations=recommendations(found),
+                    sections=sections(manifest, steps, cols, found), rows=rows, clip=clip, seq_clip=seq_clip)
+
+    tick(f"{name}: IS-ratio heatmaps")
+    rep.heatmaps = _heatmaps(sub, name, rows, clip, seq_clip)
+    w = _window(len(steps))
+    nalis = {k: cols[k] for k in ("nalis_count", "nalis_frac", "nalis_kl_share", "nalis_delta_frac") if k in cols}
+    rep.comparison = D.compare_windows(steps, nalis, collapse, w)
+
+    tick(f"{name}: turns")
+    rep.turns = D.turn_summary(sub, name, D.log_band(seq_clip or clip))
+    rep.alerts = D.alerts_frame(sub, name)
+
+    tick(f"{name}: offender sequences")
+    rep.window = _offender_window(v, w)
+    rep.offenders = D.top_offenders(sub, name, rep.window, pinned=_pinned(found, rep.window))
+    if not rep.offenders and rep.window is not None:  # no sequence rows in the window (e.g. a NaN last step)
+        rep.window = None
+        rep.offenders = D.top_offenders(sub, name, None, pinned=_pinned(found, None))
+    return rep
+
+
+def _heatmaps(run: Any, name: str, rows: dict[str, int], clip, seq_clip) -> dict[str, D.Heatmap]:
+    """Sequence ratios against the sequence band; token ratios (unbiased sample only) against the token band."""
+    out = {}
+    if rows["sequences"]:
+        out["sequences"] = D.ratio_heatmap(run, name, "sequences", "seq_log_ratio", D.log_band(seq_clip or clip))
+    if rows["tokens"]:
+        where = "and sampled" if D.has_column(run, "tokens", "sampled") else ""
+        out["tokens"] = D.ratio_heatmap(run, name, "tokens", "log_ratio", D.log_band(clip), where=where)
+    return {k: h for k, h in out.items() if h is not None}
+
+
+def _offender_window(v: Verdict, w: int) -> tuple[int, int] | None:
+    """Around the collapse; else after the first precursor; else the whole run (None)."""
+    if v.collapse_step is not None:
+        return (v.collapse_step - w, v.collapse_step + w)
+    if v.first_precursor is not None:
+        return (v.first_precursor["step"], v.first_precursor["step"] + 2 * w)
+    return None
+
+
+def _pinned(found: list[Finding], window: tuple[int, int] | None) -> list[dict]:
+    """Sequences the fired findings name as evidence (``top_sequences``) inside the window."""
+    out = []
+    for f in found:
+        tops = f.evidence.get("top_sequences") if f.fired else None
+        for s in tops if isinstance(tops, list) else []:
+            if isinstance(s, dict) and (window is None or window[0] <= s.get("step", -1) <= window[1]):
+                out.append({**s, "source": f.detector})
+    return out
+
+
+def load_decoder(tokenizer: str | None, run_path: str | None = None) -> Callable[[int], str] | None:
+    """A token-id -> text function from a local tokenizer (never downloaded): ``tokenizer`` (a tokenizer.json file
+    or a local model folder), else a tokenizer.json in the run folder or in its model/ folder (the reference
+    trainer's --save-model). None when there is none."""
+    cand = tokenizer
+    if cand is None and run_path:
+        found = [p for p in (Path(run_path) / "tokenizer.json", Path(run_path) / "model" / "tokenizer.json")
+                 if p.is_file()]
+        cand = str(found[0]) if found else None
+    if not cand:
+        return None
+    p = Path(cand).expanduser()
+    if p.is_file():
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(p))
+        return lambda i: tok.decode([int(i)], skip_special_tokens=False)
+    if p.is_dir():
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(p), local_files_only=True)
+        return lambda i: tok.decode([int(i)])
+    raise ValueError(f"tokenizer: {cand!r} is neither a tokenizer.json file nor a local model folder")
+
+
+def build_report(run: Any, baseline: Any = None, analyse: Analyse = detector_analysis, progress: bool = True,
+                 max_points: int = 1500, tokenizer: str | None = None) -> Report:
+    """Gather the report of ``run`` (a path or an open Run) and, optionally, of a ``baseline`` run."""
+    from tqdm.auto import tqdm
+
+    if max_points < 10:
+        raise ValueError(f"max_points must be >= 10, got {max_points!r}")
+    runs = [_open(run, "run")] + ([_open(baseline, "baseline")] if baseline is not None else [])
+    with tqdm(total=5 * len(runs), desc="report", file=sys.stderr, disable=not progress, leave=False) as bar:
+        reps = [gather(r, analyse, progress=bar) for r in runs]
+    from arldiag import __version__
+
+    main = reps[0]
+    return Report(main=main, baseline=reps[1] if len(reps) > 1 else None,
+                  generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), version=__version__,
+                  max_points=max_points, decode=load_decoder(tokenizer, main.path or None))
+

@@ -1,0 +1,165 @@
+"""Plotly figures of the report. Each function returns a ``go.Figure`` or None when the run has no data for it.
+
+Series are downsampled with min-max buckets (downsample.py) so a long run stays small; alert bands, the collapse
+step and the first precursor are drawn as shapes spanning all timeline panels.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from arldiag.report import signals as S
+from arldiag.report.data import Heatmap, series
+from arldiag.report.downsample import downsample_xy
+
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
+STATE_COLORS = {"watch": "rgba(255, 200, 0, 0.18)", "warning": "rgba(255, 120, 0, 0.22)",
+                "critical": "rgba(220, 0, 0, 0.25)"}
+TEMPLATE = "plotly_white"
+
+
+def alert_segments(timeline: pd.DataFrame | None, max_segments: int = 300) -> list[tuple[float, float, str]]:
+    """Contiguous runs of steps in the same non-ok state -> (x0, x1, state), x in steps (half-step padding)."""
+    if timeline is None or timeline.empty:
+        return []
+    t = timeline.sort_values("step")
+    segs: list[list] = []
+    prev_step = None
+    for step, state in zip(t["step"].to_numpy(), t["state"].to_numpy()):
+        if state not in STATE_COLORS:
+            prev_step = None
+            continue
+        if segs and segs[-1][2] == state and prev_step is not None:
+            segs[-1][1] = step + 0.5
+        else:
+            segs.append([step - 0.5, step + 0.5, state])
+        prev_step = step
+    return [tuple(s) for s in segs[:max_segments]]
+
+
+def _vline(fig: go.Figure, x: float, color: str, dash: str, text: str) -> None:
+    fig.add_shape(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1, line=dict(color=color, dash=dash,
+                                                                                        width=1.5))
+    fig.add_annotation(x=x, y=1.0, xref="x", yref="paper", text=text, showarrow=False, yanchor="bottom",
+                       font=dict(color=color, size=11))
+
+
+def timeline_figure(runs: Sequence, max_points: int) -> go.Figure | None:
+    """Key signals in stacked panels (shared step axis); the first run solid, a baseline dashed. Alert bands and
+    markers come from the first run."""
+    panels = [p for p in S.TIMELINE if any(s.key in r.cols for r in runs for s in p.signals)]
+    if not panels:
+        return None
+    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.04,
+                        subplot_titles=[p.title for p in panels])
+    for row, panel in enumerate(panels, start=1):
+        for j, sig in enumerate(panel.signals):
+            for k, r in enumerate(runs):
+                col = r.cols.get(sig.key)
+                if col is None:
+                    continue
+                x, y = downsample_xy(*series(r.steps, col), max_points)
+                name = sig.label if k == 0 else f"{sig.label} [{r.name}]"
+                # a baseline trace shares its signal's legend entry (dashed = baseline, said in the caption)
+                fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=name, legendgroup=sig.key,
+                                         showlegend=k == 0 or sig.key not in runs[0].cols,
+                                         legend="legend" if row == 1 else f"legend{row}",
+                                         line=dict(color=COLORS[j % len(COLORS)], dash="solid" if k == 0 else "dash",
+                                                   width=1.6),
+                                         hovertemplate=f"{col}<br>step %{{x}}<br>%{{y:.4g}}<extra>{r.name}</extra>"),
+                              row=row, col=1)
+        ys = [series(r.steps, r.cols[sig.key])[1] for sig in panel.signals for r in runs if sig.key in r.cols]
+        if panel.log_y and all((y > 0).all() for y in ys):  # a log axis would hide zeros (steps without update)
+            fig.update_yaxes(type="log", row=row, col=1)
+    main = runs[0]
+    for x0, x1, state in alert_segments(main.timeline):
+        fig.add_shape(type="rect", xref="x", yref="paper", x0=x0, x1=x1, y0=0, y1=1, fillcolor=STATE_COLORS[state],
+                      line=dict(width=0), layer="below")
+    v = main.verdict
+    if v.collapse_step is not None:
+        _vline(fig, v.collapse_step, "#c00000", "solid", f"collapse {v.collapse_step}")
+    if v.first_precursor is not None:
+        _vline(fig, v.first_precursor["step"], "#e07000", "dash", f"precursor {v.first_precursor['step']}")
+    for r in runs[1:]:
+        if r.verdict.collapse_step is not None:
+            _vline(fig, r.verdict.collapse_step, "#777777", "dot", f"{r.name} collapse")
+    # one legend per panel, beside it (plotly >= 5.15 multiple legends), instead of one long list under the plot
+    legends = {}
+    for row in range(1, len(panels) + 1):
+        dom = fig.layout["yaxis" if row == 1 else f"yaxis{row}"].domain
+        legends["legend" if row == 1 else f"legend{row}"] = dict(x=1.01, xanchor="left", y=dom[1], yanchor="top",
+                                                                  font=dict(size=10), bgcolor="rgba(0,0,0,0)")
+    fig.update_layout(template=TEMPLATE, height=170 * len(panels) + 120, margin=dict(l=60, r=20, t=50, b=40),
+                      hovermode="x unified", **legends)
+    fig.update_xaxes(title_text="step", row=len(panels), col=1)
+    return fig
+
+
+def heatmap_figure(hm: Heatmap, title: str) -> go.Figure:
+    """log-ratio distribution per step bucket, A < 0 left and A > 0 right, with the clip band as lines."""
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
+                        subplot_titles=[f"A < 0 ({hm.counts['neg']:,} rows)", f"A > 0 ({hm.counts['pos']:,} rows)"])
+    for c, sign in enumerate(("neg", "pos"), start=1):
+        fig.add_trace(go.Heatmap(x=hm.x, y=hm.y, z=hm.z[sign], colorscale="Viridis", zmin=0,
+                                 zmax=float(max(hm.z["neg"].max(), hm.z["pos"].max(), 1e-9)),
+                                 showscale=c == 2, colorbar=dict(title="fraction"),
+                                 hovertemplate="step %{x}<br>log ratio %{y:.3g}<br>fraction %{z:.3f}<extra></extra>"),
+                      row=1, col=c)
+        for b in hm.band:
+            if math.isfinite(b) and abs(b) <= hm.limit:
+                fig.add_shape(type="line", xref=f"x{'' if c == 1 else c} domain", yref=f"y{'' if c == 1 else c}",
+                              x0=0, x1=1, y0=b, y1=b, line=dict(color="white", dash="dash", width=1))
+    fig.update_layout(template=TEMPLATE, title=title, height=380, margin=dict(l=60, r=20, t=70, b=40))
+    fig.update_yaxes(title_text=f"{hm.column} (clamped to +-{hm.limit:.3g})", row=1, col=1)
+    fig.update_xaxes(title_text="step")
+    return fig
+
+
+def series_figure(runs: Sequence, keys: Sequence[str], title: str, max_points: int,
+                  log_y: bool = False) -> go.Figure | None:
+    """A small line chart of the given signal keys (first run solid, baseline dashed); None without data."""
+    if not any(k in r.cols for r in runs for k in keys):
+        return None
+    fig = go.Figure()
+    for j, key in enumerate(keys):
+        for k, r in enumerate(runs):
+            col = r.cols.get(key)
+            if col is None:
+                continue
+            x, y = downsample_xy(*series(r.steps, col), max_points)
+            label = S.BY_KEY[key].label if key in S.BY_KEY else key
+            fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=label if k == 0 else f"{label} [{r.name}]",
+                                     line=dict(color=COLORS[j % len(COLORS)], dash="solid" if k == 0 else "dash")))
+    v = runs[0].verdict
+    if v.collapse_step is not None:
+        fig.add_vline(x=v.collapse_step, line=dict(color="#c00000", width=1))
+    fig.update_layout(template=TEMPLATE, title=title, height=300, margin=dict(l=60, r=20, t=50, b=40),
+                      legend=dict(orientation="h", y=-0.25))
+    if log_y:
+        fig.update_yaxes(type="log")
+    fig.update_xaxes(title_text="step")
+    return fig
+
+
+def turns_figure(turns: pd.DataFrame) -> go.Figure:
+    """Turn IS ratio s_ik by turn index: median with the 5-95 % range, and the out-of-band fraction."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    p50 = turns["p50"].to_numpy(dtype=np.float64)
+    fig.add_trace(go.Scatter(x=turns["turn"], y=p50, mode="markers+lines", name="median s_ik",
+                             error_y=dict(type="data", symmetric=False,
+                                          array=turns["p95"].to_numpy(dtype=np.float64) - p50,
+                                          arrayminus=p50 - turns["p05"].to_numpy(dtype=np.float64))),
+                  secondary_y=False)
+    fig.add_trace(go.Bar(x=turns["turn"], y=turns["oob_frac"], name="out of band", opacity=0.35),
+                  secondary_y=True)
+    fig.update_layout(template=TEMPLATE, title="Turn-level IS ratio by turn index", height=320,
+                      margin=dict(l=60, r=60, t=50, b=40))
+    fig.update_xaxes(title_text="turn index k", dtick=1)
+    fig.update_yaxes(title_text="s_ik (5-50-95 %)", secondary_y=False)
+    fig.update_yaxes(title_text="fraction out of band", secondary_y=True)
+    return fig

@@ -1,0 +1,102 @@
+"""Wording shared by the HTML and Markdown renderers, so both formats say the same thing about a run."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+MISMATCH_KEYS = ("mismatch_k3", "mismatch_chi2", "mismatch_log_abs_max", "mismatch_prob_abs_mean")
+ENTROPY_KEYS = ("entropy", "cov_logp_adv", "turn_entropy_mean")
+TURN_KEYS = ("turn_ratio_min", "turn_ratio_max", "turn_oob_low_frac", "turn_oob_high_frac")
+NALIS_LABELS = {"nalis_count": "neg-adv low-IS count per step", "nalis_frac": "neg-adv low-IS fraction",
+                "nalis_kl_share": "their share of the k3 policy-update KL",
+                "nalis_delta_frac": "fraction under the delta rule"}
+STATUS_COLORS = {"collapsed": "#c00000", "at risk": "#e07000", "healthy": "#2a8a2a"}
+
+
+def num(v: Any, spec: str = ".4g") -> str:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return "n/a" if v is None else str(v)
+    return "n/a" if not math.isfinite(f) else format(f, spec)
+
+
+def precursor_line(v) -> str:
+    p = v.first_precursor
+    if p is None:
+        return "none (no non-lagging finding of severity watch or above)"
+    lead = f"; lead time {p['lead_time']} steps" if p["lead_time"] is not None else ""
+    return f"{p['detector']} ({p['severity']}) at step {p['step']}{lead}: {p['title']}"
+
+
+def warning_line(v) -> str:
+    if v.first_warning_step is None:
+        return "none"
+    lead = f"; lead time {v.warning_lead_time} steps" if v.warning_lead_time is not None else ""
+    return f"step {v.first_warning_step}{lead}"
+
+
+def mismatch_missing(rep) -> str | None:
+    if any(k in rep.cols for k in MISMATCH_KEYS):
+        return None
+    return ("No training-inference mismatch data: the run did not pass logp_rollout to the Collector "
+            "(or, for an imported run, logged no mismatch metric).")
+
+
+def retok_note(rep) -> str:
+    if "retok_mismatch_frac" in rep.cols:
+        return ""
+    return "Retokenization drift: not measurable (token ids were not given to both record_rollout and record_update)."
+
+
+def entropy_missing(rep) -> str | None:
+    if any(k in rep.cols for k in ENTROPY_KEYS):
+        return None
+    return "No entropy or Cov(logp, A) data: the run recorded neither entropy nor token log-probs with advantages."
+
+
+def turns_missing(rep) -> str | None:
+    if rep.turns is not None or any(k in rep.cols for k in TURN_KEYS):
+        return None
+    return "No turn-level data: the run's turns table is empty (single-turn samples or turn ids not given)."
+
+
+def heatmap_missing(rep) -> str | None:
+    if rep.heatmaps:
+        return None
+    return ("No IS-ratio distribution: the run has no sequence or token rows (step-level metrics only, e.g. an "
+            "imported run).")
+
+
+def offenders_missing(rep) -> str | None:
+    if rep.offenders:
+        return None
+    return "No offender sequences: the run has no sequence rows (step-level metrics only)."
+
+
+LABEL_NOTES = {
+    "decoded": "tokens decoded with the tokenizer (--tokenizer, or the one saved in the run folder)",
+    "text": "tokens aligned with the recorded text word by word",
+    "ids": "the run recorded token ids but no tokenizer was given (--tokenizer) and the text does not align with "
+           "the tokens: tokens are shown by id",
+    "positions": "the run recorded neither token ids nor text that aligns with its tokens: tokens are shown by "
+                 "position",
+    "none": "no token rows were kept for this sequence (token rows are sampled; the run has no token table or "
+            "dropped them)",
+}
+
+
+def window_line(rep) -> str:
+    if rep.window is None:
+        return "the whole run"
+    return f"steps {rep.window[0]}-{rep.window[1]}" + (" around the collapse" if rep.verdict.collapse_step
+                                                       is not None else " after the first precursor")
+
+
+def alerts_line(rep) -> str:
+    n = rep.rows.get("alerts", 0)
+    if not n:
+        return "No alerts were recorded while the run was written (no online monitor or `arldiag watch`)."
+    first = int(rep.alerts["step"].min()) if rep.alerts is not None and len(rep.alerts) else None
+    what = "1 alert was" if n == 1 else f"{n} alerts were"
+    return f"{what} recorded while the run was written; the first at step {first}."

@@ -1,0 +1,111 @@
+"""The verdict at the top of a report: collapsed / at risk / healthy, the collapse step, the first precursor and its
+lead time. Pure functions of the detectors' outputs (findings, collapse_step, alert_timeline)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Collection, Sequence
+
+import pandas as pd
+
+from arldiag.findings import Finding, severity_rank
+
+COLLAPSED, AT_RISK, HEALTHY = "collapsed", "at risk", "healthy"
+STATES = ("ok", "watch", "warning", "critical")
+# Detectors whose signal *is* the collapse label (success / reward / valid-format ratio, the lagging signals):
+# they make a run collapsed or at risk but are not precursors of the collapse.
+LAGGING_KEYWORDS = ("success", "reward", "format")
+
+
+def is_lagging(detector: str, lagging: Collection[str] | None = None) -> bool:
+    """``lagging``: the names the detector registry flags as lagging; names it does not know fall back to
+    keywords."""
+    if lagging is not None and detector in lagging:
+        return True
+    known = _registry_names()
+    if detector in known:
+        return False
+    d = detector.lower()
+    return any(k in d for k in LAGGING_KEYWORDS)
+
+
+def _registry_names() -> set[str]:
+    try:
+        from arldiag.detectors import REGISTRY
+    except ImportError:
+        return set()
+    return set(REGISTRY)
+
+
+def registry_lagging() -> set[str]:
+    """Names of registered detectors flagged ``lagging`` (the outcome signals)."""
+    try:
+        from arldiag.detectors import REGISTRY
+    except ImportError:
+        return set()
+    return {n for n, d in REGISTRY.items() if getattr(d, "lagging", False)}
+
+
+@dataclass
+class Verdict:
+    status: str                         # collapsed | at risk | healthy
+    collapse_step: int | None
+    first_precursor: dict[str, Any] | None  # detector, title, severity, step, lead_time
+    first_warning_step: int | None      # first step the alert timeline reached warning or critical
+    warning_lead_time: int | None
+    max_state: str                      # worst alert state over the run
+    n_fired: int
+    summary: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def first_precursor(findings: Sequence[Finding], collapse: int | None,
+                    lagging: Collection[str] | None = None) -> dict[str, Any] | None:
+    """Earliest fired, non-lagging finding of severity watch or above (ties: the more severe first)."""
+    cands = [f for f in findings if f.fired and severity_rank(f.severity) >= 1 and f.first_step is not None
+             and not is_lagging(f.detector, lagging)]
+    if not cands:
+        return None
+    f = min(cands, key=lambda f: (f.first_step, -severity_rank(f.severity), f.detector))
+    lead = None if collapse is None else int(collapse) - int(f.first_step)
+    return {"detector": f.detector, "title": f.title, "severity": f.severity, "step": int(f.first_step),
+            "lead_time": lead}
+
+
+def first_state_step(timeline: pd.DataFrame | None, min_state: str = "warning") -> int | None:
+    if timeline is None or timeline.empty or "state" not in timeline:
+        return None
+    hit = timeline[timeline["state"].map(lambda s: STATES.index(s) if s in STATES else 0) >= STATES.index(min_state)]
+    return None if hit.empty else int(hit["step"].min())
+
+
+def max_state(timeline: pd.DataFrame | None) -> str:
+    if timeline is None or timeline.empty or "state" not in timeline:
+        return "ok"
+    return max(timeline["state"], key=lambda s: STATES.index(s) if s in STATES else 0)
+
+
+def verdict(findings: Sequence[Finding], collapse: int | None, timeline: pd.DataFrame | None = None,
+            lagging: Collection[str] | None = None) -> Verdict:
+    fired = [f for f in findings if f.fired]
+    worst = max((severity_rank(f.severity) for f in fired), default=-1)
+    state = max_state(timeline)
+    warn = first_state_step(timeline)
+    pre = first_precursor(findings, collapse, lagging)
+    if collapse is not None:
+        status = COLLAPSED
+    elif worst >= severity_rank("warning") or STATES.index(state) >= STATES.index("warning"):
+        status = AT_RISK
+    else:
+        status = HEALTHY
+    parts = [{COLLAPSED: f"Collapsed at step {collapse}.", AT_RISK: "At risk: warnings fired, no collapse (yet).",
+              HEALTHY: "Healthy: no warning or critical finding and no collapse."}[status]]
+    if pre is not None:
+        lead = f", {pre['lead_time']} steps before the collapse" if pre["lead_time"] is not None else ""
+        parts.append(f"First precursor: {pre['detector']} ({pre['severity']}) at step {pre['step']}{lead}.")
+    if warn is not None and collapse is not None:
+        parts.append(f"First warning alert at step {warn} (lead time {collapse - warn} steps).")
+    return Verdict(status=status, collapse_step=None if collapse is None else int(collapse), first_precursor=pre,
+                   first_warning_step=warn, warning_lead_time=None if (warn is None or collapse is None)
+                   else int(collapse) - warn, max_state=state, n_fired=len(fired), summary=" ".join(parts))

@@ -1,0 +1,204 @@
+"""End-to-end report outputs (JSON, Markdown, HTML file properties) on a collapsing and a stable run, a step-only
+imported run, and the `arldiag report` / `arldiag import` commands."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from arldiag.cli import main as cli_main
+
+
+def _report(run, tmp_path, fmt, *extra):
+    out = tmp_path / f"r.{fmt}"
+    assert cli_main(["report", run, "-o", str(out), "--no-progress", *extra]) == 0
+    return out.read_text()
+
+
+@pytest.fixture(scope="module")
+def detected(collapse_run, stable_run):
+    import arldiag
+    from arldiag.detectors import collapse_step, detect
+
+    out = {}
+    for key, path in (("collapse", collapse_run), ("stable", stable_run)):
+        run = arldiag.open_run(path)
+        out[key] = (run.names[0], collapse_step(run)[run.names[0]], detect(run))
+    return out
+
+
+def test_json_collapsing(collapse_run, detected, tmp_path):
+    name, collapse, findings = detected["collapse"]
+    j = json.loads(_report(collapse_run, tmp_path, "json"))
+    assert j["verdict"] == "collapsed"
+    assert collapse is not None and 42 <= collapse <= 50  # the synthetic run collapses from step 42
+    assert j["collapse_step"] == collapse
+    assert len(j["findings"]) == len(findings)
+    fired = {f.detector for f in findings if f.fired}
+    assert j["recommendations"], "a collapsed run gets recommendations"
+    for r in j["recommendations"]:
+        assert r["evidence"] and set(r["detectors"]) <= fired
+        assert all(any(d in e for d in r["detectors"]) for e in r["evidence"])  # each names its evidence
+    pre = j["first_precursor"]
+    assert pre["detector"] in fired and pre["lead_time"] == collapse - pre["step"] and pre["lead_time"] > 0
+    nalis = j["neg_adv_low_is"]["metrics"]["nalis_frac"]
+    assert nalis["at"] > 3 * nalis["before"]  # the driver accumulates at the collapse
+    assert j["baseline"] is None
+
+
+def test_json_stable(stable_run, detected, tmp_path):
+    j = json.loads(_report(stable_run, tmp_path, "json"))
+    assert j["verdict"] == "healthy" and j["collapse_step"] is None
+    assert j["recommendations"] == [] and j["first_precursor"] is None
+    assert len(j["findings"]) == len(detected["stable"][2])
+
+
+def test_markdown_collapsing_and_stable(collapse_run, stable_run, detected, tmp_path):
+    md = _report(collapse_run, tmp_path, "md")
+    collapse = detected["collapse"][1]
+    assert "**COLLAPSED**" in md and f"| collapse step | {collapse} |" in md
+    assert "## Recommendations" in md and "   - evidence: " in md
+    assert "## The four ARLArena dimensions" in md
+    for title in ("Loss aggregation", "IS clipping", "Advantage design", "Dynamic filtering"):
+        assert f"### {title}" in md
+    assert "cispo is a tolerant loss" in md
+    assert "1 alert was recorded while the run was written; the first at step 28." in md
+    md = _report(stable_run, tmp_path, "md")
+    assert "**HEALTHY**" in md and "| collapse step | none |" in md
+    assert "No recommendation: no detector fired." in md
+    assert "No turn-level data" in md  # the stable synthetic run has no turns
+    assert "No alerts were recorded" in md
+
+
+def test_html_self_contained_small_with_baseline(collapse_run, stable_run, tmp_path):
+    from plotly.offline import get_plotlyjs
+
+    html = _report(collapse_run, tmp_path, "html", "--baseline", stable_run)
+    js = get_plotlyjs()
+    assert html.count(js[-2000:]) == 1                      # plotly.js inlined exactly once
+    rest = html.replace(js, "")
+    assert not re.search(r"<script[^>]+src=", rest)         # nothing loaded from elsewhere
+    assert "cdn.plot.ly" not in rest and "<link" not in rest and "https://" not in rest
+    assert len(html.encode()) < 10_000_000
+    assert 'id="baseline"' in html and "Side by side" in html
+    n_figs = len(re.findall(r'<div id="fig\d+"', html))
+    assert n_figs >= 8
+
+
+def test_format_from_suffix_and_progress(collapse_run, tmp_path, capsys):
+    from arldiag.report.cli import write_report
+
+    out = write_report(collapse_run, str(tmp_path / "x.md"), progress=True)
+    assert Path(out).read_text().startswith("# arldiag report")
+    assert "report" in capsys.readouterr().err  # the tqdm bar went to stderr
+    with pytest.raises(ValueError, match="format"):
+        write_report(collapse_run, str(tmp_path / "x.txt"), fmt="pdf", progress=False)
+
+
+# ---------------------------------------------------------------- step-only (imported) runs
+def test_steps_only_run_says_what_is_missing(steps_only_run, tmp_path):
+    md = _report(steps_only_run, tmp_path, "md")
+    for msg in ("No IS-ratio distribution", "No offender sequences", "No training-inference mismatch data",
+                "No turn-level data", "No data for this dimension"):
+        assert msg in md, msg
+    j = json.loads(_report(steps_only_run, tmp_path, "json"))
+    # verl names were mapped to arldiag's on import; "entropy" clashes with the derived metric -> user/entropy
+    assert j["signals"]["entropy"] == "user/entropy" and j["signals"]["grad_norm"] == "grad_norm"
+    assert j["signals"]["ppo_kl"] == "user/ppo_kl"
+    assert j["signals"]["success"] == "success_rate"
+    assert j["verdict"] == "collapsed" and 33 <= j["collapse_step"] <= 40
+    html = _report(steps_only_run, tmp_path, "html")
+    assert 'id="fig1"' in html  # the timeline still renders from step metrics
+
+
+def test_import_csv_values_round_trip(tmp_path):
+    import arldiag
+    from arldiag.commands.import_steps import import_steps
+
+    csv = tmp_path / "m.csv"
+    csv.write_text("it,loss,actor/entropy,tag\n3,0.5,1.25,a\n1,0.25,,b\n2,nan,1.0,c\n3,0.75,,d\n")
+    assert import_steps(str(csv), str(tmp_path / "run"), step_column="it", keep_names=True) == 3
+    df = arldiag.open_run(str(tmp_path / "run")).sql('select step, loss, "actor/entropy" from steps').df()
+    assert df.step.tolist() == [1, 2, 3]
+    assert df.loss.tolist()[0] == 0.25 and np.isnan(df.loss.tolist()[1]) and df.loss.tolist()[2] == 0.75
+    ent = df["actor/entropy"].tolist()
+    assert np.isnan(ent[0]) or ent[0] is None  # an empty cell is not a value
+    assert ent[1:] == [1.0, 1.25]              # a later row of the same step keeps earlier values
+    import_steps(str(csv), str(tmp_path / "mapped"), step_column="it")  # default: verl names -> arldiag names
+    df = arldiag.open_run(str(tmp_path / "mapped")).sql('select "user/entropy" as e, entropy from steps').df()
+    assert df.e.tolist()[1:] == [1.0, 1.25] and df.entropy.isna().all()
+
+
+def test_import_jsonl_nested_and_errors(tmp_path):
+    import arldiag
+    from arldiag.commands.import_steps import import_steps
+
+    f = tmp_path / "m.jsonl"
+    f.write_text('{"step": 0, "actor": {"grad_norm": 2.5}, "success_rate": 0.5}\n\n'
+                 '{"step": 1, "actor": {"grad_norm": 3.5}, "success_rate": 0.25}\n')
+    assert cli_main(["import", str(f), "--out", str(tmp_path / "j"), "--rename", "success_rate=success"]) == 0
+    df = arldiag.open_run(str(tmp_path / "j")).sql('select grad_norm as g, success from steps').df()  # mapped
+    assert df.g.tolist() == [2.5, 3.5] and df.success.tolist() == [0.5, 0.25]
+    with pytest.raises(ValueError, match="step_column"):
+        import_steps(str(f), str(tmp_path / "k"), step_column="iteration")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"step": 0}\nnot json\n')
+    with pytest.raises(ValueError, match="line 2"):
+        import_steps(str(bad), str(tmp_path / "b"))
+    with pytest.raises(ValueError, match="format"):
+        import_steps(str(tmp_path / "m.jsonl"), str(tmp_path / "c"), fmt="xml")
+
+
+def test_cli_errors_are_messages(collapse_run, tmp_path, capsys):
+    root = Path(collapse_run).parent.parent  # holds the collapse run and others: a report is about one run
+    assert cli_main(["report", str(root), "-o", str(tmp_path / "x.md"), "--no-progress"]) == 2
+    assert "pass one run folder" in capsys.readouterr().err
+    csv = tmp_path / "a.csv"
+    csv.write_text("step,x\n0,1\n")
+    assert cli_main(["import", str(csv), "--out", str(tmp_path / "r")]) == 0
+    assert cli_main(["import", str(csv), "--out", str(tmp_path / "r")]) == 2  # never appends to a run
+    assert "already holds a run" in capsys.readouterr().err
+
+
+def test_tokenizer_decodes_offender_tokens(collapse_run, tmp_path):
+    from tokenizers import Tokenizer, models
+
+    from arldiag.report.build import load_decoder
+
+    vocab = {f"tok{i}": i for i in range(500)}
+    vocab["[UNK]"] = 500
+    path = tmp_path / "tokenizer.json"
+    Tokenizer(models.WordLevel(vocab, unk_token="[UNK]")).save(str(path))
+    decode = load_decoder(str(path))
+    assert decode(7) == "tok7"
+    html = _report(collapse_run, tmp_path, "html", "--tokenizer", str(path))
+    assert "tokens decoded with the tokenizer (--tokenizer" in html
+    assert re.search(r'title="pos 0 \| id (\d+) \| log r = [^"]+">tok\1</span>', html)
+    with pytest.raises(ValueError, match="tokenizer"):
+        load_decoder(str(tmp_path / "missing.json"))
+
+
+def test_injected_findings_and_offender_window_fallback(stable_run):
+    """build_report renders whatever analysis it is given (tests, other detector sets); when the window around the
+    collapse holds no sequence rows, the offenders come from the whole run."""
+    import pandas as pd
+
+    from arldiag.findings import Finding
+    from arldiag.report.build import build_report
+
+    def analyse(run):
+        name = run.names[0]
+        f = Finding("my_detector", "fired", "warning", title="custom", first_step=3, steps=[3, 4], run=name,
+                    recommendation="Do the custom thing.", evidence={"peak_value": 2.0})
+        return [f], {name: 1000}, pd.DataFrame({"run": [name], "step": [3], "risk": [0.5], "state": ["warning"]})
+
+    rep = build_report(stable_run, analyse=analyse, progress=False)
+    v = rep.main.verdict
+    assert v.status == "collapsed" and v.collapse_step == 1000
+    assert v.first_precursor == {"detector": "my_detector", "title": "custom", "severity": "warning", "step": 3,
+                                 "lead_time": 997}
+    assert [r.text for r in rep.main.recommendations] == ["Do the custom thing."]
+    assert rep.main.window is None and len(rep.main.offenders) == 6
