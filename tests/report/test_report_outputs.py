@@ -105,9 +105,10 @@ def test_steps_only_run_says_what_is_missing(steps_only_run, tmp_path):
                 "No turn-level data", "No data for this dimension"):
         assert msg in md, msg
     j = json.loads(_report(steps_only_run, tmp_path, "json"))
-    # verl names were mapped to arldiag's on import; "entropy" clashes with the derived metric -> user/entropy
-    assert j["signals"]["entropy"] == "user/entropy" and j["signals"]["grad_norm"] == "grad_norm"
-    assert j["signals"]["ppo_kl"] == "user/ppo_kl"
+    # verl names were mapped to arldiag's on import; "entropy" is a derived metric name, which the imported value
+    # fills because the run recorded no tokens (the steps view's coalesce)
+    assert j["signals"]["entropy"] == "entropy" and j["signals"]["grad_norm"] == "grad_norm"
+    assert j["signals"]["ppo_kl"] == "ppo_kl"
     assert j["signals"]["success"] == "success_rate"
     assert j["verdict"] == "collapsed" and 33 <= j["collapse_step"] <= 40
     html = _report(steps_only_run, tmp_path, "html")
@@ -129,7 +130,8 @@ def test_import_csv_values_round_trip(tmp_path):
     assert ent[1:] == [1.0, 1.25]              # a later row of the same step keeps earlier values
     import_steps(str(csv), str(tmp_path / "mapped"), step_column="it")  # default: verl names -> arldiag names
     df = arldiag.open_run(str(tmp_path / "mapped")).sql('select "user/entropy" as e, entropy from steps').df()
-    assert df.e.tolist()[1:] == [1.0, 1.25] and df.entropy.isna().all()
+    # the imported value is kept as user/entropy and fills the derived `entropy` (no token data recorded)
+    assert df.e.tolist()[1:] == [1.0, 1.25] and df.entropy.tolist()[1:] == [1.0, 1.25]
 
 
 def test_import_jsonl_nested_and_errors(tmp_path):
@@ -153,7 +155,11 @@ def test_import_jsonl_nested_and_errors(tmp_path):
 
 
 def test_cli_errors_are_messages(collapse_run, tmp_path, capsys):
-    root = Path(collapse_run).parent.parent  # holds the collapse run and others: a report is about one run
+    import shutil
+
+    root = tmp_path / "root"  # holds two runs: a report is about one run
+    for name in ("a", "b"):
+        shutil.copytree(collapse_run, root / name)
     assert cli_main(["report", str(root), "-o", str(tmp_path / "x.md"), "--no-progress"]) == 2
     assert "pass one run folder" in capsys.readouterr().err
     csv = tmp_path / "a.csv"
