@@ -1,0 +1,71 @@
+"""`arldiag detect RUN [--json] [--fail-on warning|critical]`: run the collapse detectors over a run store.
+
+Exit code 1 when --fail-on is given and a fired finding reaches that severity (for CI), 0 otherwise.
+"""
+from __future__ import annotations
+
+from arldiag.findings import SEVERITIES, severity_rank
+
+
+def add_arguments(p) -> None:
+    p.add_argument("run", nargs="+", help="run directory, a root of runs, or a glob (several allowed)")
+    p.add_argument("--json", action="store_true", help="print the findings as versioned JSON")
+    p.add_argument("--fail-on", choices=[s for s in SEVERITIES if s != "info"], default=None,
+                   help="exit with code 1 when a finding reaches this severity")
+    p.add_argument("--detectors", default=None, help="comma-separated detector names (default: all)")
+    p.add_argument("--all", action="store_true", help="also list quiet and skipped detectors in the text output")
+
+
+def main(args) -> int:
+    from arldiag.detectors import detect
+    from arldiag.findings import findings_to_json
+    from arldiag.store.reader import open_run
+
+    run = open_run(args.run if len(args.run) > 1 else args.run[0])
+    names = [n.strip() for n in args.detectors.split(",") if n.strip()] if args.detectors else None
+    findings = detect(run, names)
+    if args.json:
+        print(findings_to_json(findings, runs=run.names))
+    else:
+        from arldiag.detectors import alert_timeline
+
+        _print_text(findings, run.names, args.all, alert_timeline(run, names))
+    if args.fail_on:
+        worst = max((severity_rank(f.severity) for f in findings if f.fired), default=-1)
+        if worst >= severity_rank(args.fail_on):
+            return 1
+    return 0
+
+
+def _state_line(tl) -> str:
+    parts = []
+    for i, st in enumerate(("watch", "warning", "critical")):
+        hit = tl[tl["state"].isin(("watch", "warning", "critical")[i:])]
+        if len(hit):
+            parts.append(f"first {st} or above at step {int(hit['step'].iloc[0])}")
+    last = tl["state"].iloc[-1] if len(tl) else "ok"
+    return f"alert state now {last}; max risk {tl['risk'].max() if len(tl) else 0:.2f}" + \
+        (f"; {', '.join(parts)}" if parts else "")
+
+
+def _print_text(findings, names, show_all: bool, timeline) -> None:
+    order = {"fired": 0, "skipped": 1, "quiet": 2}
+    for name in names:
+        mine = [f for f in findings if f.run == name]
+        fired = [f for f in mine if f.fired]
+        fired.sort(key=lambda f: (-severity_rank(f.severity), f.first_step if f.first_step is not None else 0))
+        print(f"run {name}: {len(fired)} of {len(mine)} detectors fired, "
+              f"{sum(f.status == 'skipped' for f in mine)} skipped")
+        print("  " + _state_line(timeline[timeline["run"] == name]))
+        rows = fired + sorted((f for f in mine if not f.fired), key=lambda f: order[f.status]) if show_all \
+            else fired
+        for f in rows:
+            if f.fired:
+                print(f"  {f.severity.upper():8s} {f.detector:<18} first step {f.first_step:<6} "
+                      f"{len(f.steps):>4} steps  {f.title}")
+                if f.evidence.get("note"):
+                    print(f"  {'':8s} {'':<18} peak at step {f.evidence.get('peak_step')}: {f.evidence['note']}")
+            elif f.status == "skipped":
+                print(f"  {'skipped':8s} {f.detector:<18} {f.skipped_reason}")
+            else:
+                print(f"  {'quiet':8s} {f.detector:<18} {f.title}")

@@ -1,0 +1,158 @@
+"""Batch evaluator: replay the ``steps`` view of each run through the shared Evaluator, then attach batch-only
+evidence (the per-step series and the top sequences from the ``sequences`` view, via DuckDB).
+
+pandas is used only for the small per-step frame (one row per step); nothing here imports DuckDB directly: the
+run object (arldiag.store.reader) owns the connection.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from arldiag.detectors.base import Detector
+from arldiag.detectors.engine import Evaluator
+from arldiag.detectors.label import FORMAT_COLUMNS, SUCCESS_COLUMNS, collapse_step_of
+from arldiag.detectors.risk import RiskConfig
+from arldiag.findings import Finding
+
+TOP_SEQUENCES = 5
+_SEQ_COLUMNS = ("step", "update", "rank", "sample_id", "group_id", "turn", "n_tokens", "advantage", "seq_ratio",
+                "ppo_kl_k3_sum", "neg_adv_low_is", "nonfinite", "retok_mismatch", "mismatch_log_abs_max",
+                "entropy_mean", "response_length", "reward", "format_valid", "success")
+
+
+def as_run(run):
+    """Accept an open Run or anything ``open_run`` accepts (a path, a glob, a list of them)."""
+    if hasattr(run, "names") and hasattr(run, "sql"):
+        return run
+    from arldiag.store.reader import open_run
+
+    return open_run(run)
+
+
+def _q(name: str) -> str:
+    return "'" + str(name).replace("'", "''") + "'"
+
+
+def steps_frame(run, name: str):
+    """The ``steps`` view of one run as a pandas frame ordered by step (one row per step)."""
+    return run.sql(f"select * from steps where run = {_q(name)} order by step").df()
+
+
+@dataclass
+class RunEvaluation:
+    name: str
+    evaluator: Evaluator
+    steps: list[int]
+    timeline: list[tuple[int, float, str, str | None]]  # (step, risk, state, top detector)
+    frame: Any                                           # pandas DataFrame of the steps view
+
+
+def evaluate_run(run, name: str, names=None, risk: RiskConfig | None = None) -> RunEvaluation:
+    df = steps_frame(run, name)
+    for c in [c for c in df.columns if c.startswith("user/")]:
+        # online, a user metric named like a derived one wins (Collector contract); the steps view keeps both
+        base = c[len("user/"):]
+        df[base] = df[c].where(df[c].notna(), df[base]) if base in df.columns else df[c]
+    ev = Evaluator(names, risk=risk)
+    cols = [c for c in ev.window.columns if c in df.columns]
+    timeline = []
+    steps = [int(s) for s in df["step"].tolist()] if len(df) else []
+    records = df[cols].to_dict("records") if cols else [{} for _ in steps]
+    for step, rec in zip(steps, records):
+        r = ev.update(step, rec)
+        timeline.append((step, r.risk, r.state, r.top))
+    return RunEvaluation(name, ev, steps, timeline, df)
+
+
+def _series_evidence(df, metric: str) -> dict[str, list]:
+    if metric not in df.columns:
+        return {}
+    vals = [None if v is None or (isinstance(v, float) and not math.isfinite(v)) else float(v)
+            for v in df[metric].tolist()]
+    return {"step": [int(s) for s in df["step"].tolist()], metric: vals}
+
+
+def _top_sequences(run, name: str, d: Detector, lo: int, hi: int) -> list[dict] | str:
+    """The sequences of steps [lo, hi] that best show the detector's condition (batch-only evidence)."""
+    if not d.evidence_sql:
+        return []
+    try:
+        have = set(run.columns("sequences"))
+    except Exception as e:  # the run has no sequences table
+        return f"no sequences table ({e})"
+    if not have:
+        return "no sequences table"
+    cols = [c for c in _SEQ_COLUMNS if c in have]
+    text = ", left(text, 300) as text" if "text" in have else ""
+    sql = (f"select {', '.join(cols)}{text}, ({d.evidence_sql})::DOUBLE as score from sequences "
+           f"where run = {_q(name)} and step between {int(lo)} and {int(hi)} and ({d.evidence_where}) "
+           f"order by score desc nulls last limit {TOP_SEQUENCES}")
+    try:
+        rows = run.sql(sql).df().to_dict("records")
+    except Exception as e:  # a column the expression needs is missing in this run
+        return f"top sequences unavailable: {e}"
+    return [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in rows]
+
+
+_TOK_COLUMNS = ("step", "update", "sample_id", "pos", "turn", "token_id", "token_id_rollout", "logp", "logp_old",
+                "logp_rollout", "advantage")
+
+
+def _top_tokens(run, name: str, d: Detector, lo: int, hi: int) -> list[dict] | str:
+    """The stored token rows of steps [lo, hi] that best show the detector's condition (batch-only evidence)."""
+    try:
+        have = set(run.columns("tokens"))
+        cols = [c for c in _TOK_COLUMNS if c in have]
+        sql = (f"select {', '.join(cols)}, ({d.token_evidence_sql})::DOUBLE as score from tokens "
+               f"where run = {_q(name)} and step between {int(lo)} and {int(hi)} "
+               f"order by score desc nulls last limit {TOP_SEQUENCES}")
+        rows = run.sql(sql).df().to_dict("records")
+    except Exception as e:  # no tokens table, or a column the expression needs is missing
+        return f"top tokens unavailable: {e}"
+    return [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in rows]
+
+
+def detect(run, names=None, risk: RiskConfig | None = None, evidence: bool = True) -> list[Finding]:
+    """One Finding per (detector, run name); status fired | quiet | skipped."""
+    run = as_run(run)
+    out: list[Finding] = []
+    for name in run.names:
+        re = evaluate_run(run, name, names, risk)
+        for d in re.evaluator.detectors:
+            f = re.evaluator.finding(d, name, re.steps)
+            if evidence and f.status == "fired":
+                tr = re.evaluator.tracks[d.name]
+                f.evidence["series"] = _series_evidence(re.frame, f.evidence["metric"])
+                lo, hi = next(((a, b) for a, b in tr.intervals if a <= tr.peak_step <= b),
+                              (tr.peak_step, tr.peak_step))
+                f.evidence["top_sequences"] = _top_sequences(run, name, d, lo, hi)
+                if d.token_evidence_sql:
+                    f.evidence["top_tokens"] = _top_tokens(run, name, d, lo, hi)
+            out.append(f)
+    return out
+
+
+def alert_timeline(run, names=None, risk: RiskConfig | None = None):
+    """pandas DataFrame: run, step, risk (0..1), state (ok|watch|warning|critical), top (leading detector)."""
+    import pandas as pd
+
+    run = as_run(run)
+    rows = []
+    for name in run.names:
+        re = evaluate_run(run, name, names, risk)
+        rows += [{"run": name, "step": s, "risk": r, "state": st, "top": top} for s, r, st, top in re.timeline]
+    return pd.DataFrame(rows, columns=["run", "step", "risk", "state", "top"])
+
+
+def collapse_step(run, **rule: Any) -> dict[str, int | None]:
+    """The documented collapse label (detectors.label) per run name; keyword args override the rule defaults."""
+    run = as_run(run)
+    out: dict[str, int | None] = {}
+    for name in run.names:
+        df = steps_frame(run, name)
+        cols = {c: df[c].astype("float64").to_numpy() for c in SUCCESS_COLUMNS + FORMAT_COLUMNS
+                if c in df.columns}
+        out[name] = collapse_step_of(df["step"].tolist(), cols, **rule) if len(df) else None
+    return out

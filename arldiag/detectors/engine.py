@@ -1,0 +1,132 @@
+"""The shared incremental evaluator: one step's metrics in, detector signals + risk + alert state out.
+
+Both evaluators drive this class, one step at a time and in step order: the online Monitor with the Collector's
+metrics dicts, the batch evaluator (`detectors.batch`) with the rows of the ``steps`` view. Memory is bounded:
+a ``Window`` of ``window_size`` steps, each detector's small state dict, and per detector the list of firing
+*intervals* (it grows with the number of separate firing episodes, not with the number of steps).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from arldiag.detectors.base import LEVELS, Detector, Signal
+from arldiag.detectors.registry import resolve
+from arldiag.detectors.risk import AlertState, RiskConfig, combine_risk
+from arldiag.detectors.window import Window
+from arldiag.findings import Finding
+
+WINDOW_SIZE = 32
+
+
+@dataclass
+class Track:
+    """What one detector has done so far in this run (bounded)."""
+    available: bool = False
+    max_level: int = 0
+    first_step: int | None = None
+    intervals: list[list[int]] = field(default_factory=list)  # [[first, last], ...] of consecutive firing steps
+    peak_step: int | None = None
+    peak_signal: Signal | None = None
+    last_level: int = 0
+    n_steps: int = 0
+
+    def steps(self, evaluated: Sequence[int] | None = None) -> list[int]:
+        """Expand the intervals. Steps are consecutive evaluated steps, which are consecutive integers unless the
+        run skipped steps; ``evaluated`` (the batch evaluator has it) restores exact membership then."""
+        if evaluated is None:
+            return [s for a, b in self.intervals for s in range(a, b + 1)]
+        ev = np.asarray(evaluated)
+        return [int(s) for a, b in self.intervals for s in ev[(ev >= a) & (ev <= b)]]
+
+
+@dataclass
+class StepResult:
+    step: int
+    risk: float
+    state: str
+    previous_state: str
+    signals: dict[str, Signal]          # detectors firing at this step
+    escalated: list[str]                # detectors that reached a level above their previous maximum
+    top: str | None                     # detector with the highest level (ties: catalog order)
+
+    @property
+    def changed(self) -> bool:
+        return self.state != self.previous_state
+
+
+class Evaluator:
+    def __init__(self, detectors=None, risk: RiskConfig | None = None, window_size: int = WINDOW_SIZE) -> None:
+        self.detectors: list[Detector] = resolve(detectors)
+        cols = dict.fromkeys(c for d in self.detectors for c in d.columns)
+        self.window = Window(cols, window_size)
+        self.states: dict[str, dict] = {d.name: {} for d in self.detectors}
+        self.tracks: dict[str, Track] = {d.name: Track() for d in self.detectors}
+        self.risk_cfg = risk or RiskConfig()
+        self.alert = AlertState(self.risk_cfg)
+        self.last_step: int | None = None
+        self.n_steps = 0
+        self.max_risk = 0.0
+
+    def update(self, step: int, metrics: Mapping[str, object]) -> StepResult:
+        step = int(step)
+        if self.last_step is not None and step <= self.last_step:
+            raise ValueError(f"step must increase: got {step} after {self.last_step}")
+        self.window.push(step, metrics)
+        signals: dict[str, Signal] = {}
+        escalated: list[str] = []
+        for d in self.detectors:
+            tr = self.tracks[d.name]
+            if not tr.available:
+                tr.available = any(math.isfinite(self.window.last(c)) for c in d.inputs)
+            sig = d.evaluate(self.window, self.states[d.name])
+            if sig is None:
+                tr.last_level = 0
+                continue
+            signals[d.name] = sig
+            if tr.first_step is None:
+                tr.first_step = step
+            if tr.last_level and tr.intervals:
+                tr.intervals[-1][1] = step
+            else:
+                tr.intervals.append([step, step])
+            tr.n_steps += 1
+            tr.last_level = sig.level
+            if sig.level > tr.max_level:
+                tr.max_level, tr.peak_step, tr.peak_signal = sig.level, step, sig
+                escalated.append(d.name)
+        risk = combine_risk((s.level for s in signals.values()), self.risk_cfg)
+        prev = self.alert.state
+        self.alert.update(risk)
+        self.last_step = step
+        self.n_steps += 1
+        self.max_risk = max(self.max_risk, risk)
+        top = max(signals, key=lambda n: signals[n].level) if signals else None
+        return StepResult(step, risk, self.alert.state, prev, signals, escalated, top)
+
+    def findings(self, run: str | None = None, evaluated_steps: Sequence[int] | None = None) -> list[Finding]:
+        return [self.finding(d, run, evaluated_steps) for d in self.detectors]
+
+    def finding(self, d: Detector, run: str | None = None,
+                evaluated_steps: Sequence[int] | None = None) -> Finding:
+        tr = self.tracks[d.name]
+        if not tr.available:
+            return Finding(detector=d.name, status="skipped", title=d.title, run=run,
+                           skipped_reason=f"the run has no finite value of any of: {', '.join(d.inputs)}",
+                           explanation=d.explanation)
+        if tr.max_level == 0:
+            return Finding(detector=d.name, status="quiet", title=d.title, run=run, explanation=d.explanation,
+                           evidence={"steps_evaluated": self.n_steps})
+        sig = tr.peak_signal
+        explanation = (f"{d.explanation} First at step {tr.first_step}; reached {LEVELS[tr.max_level]} at step "
+                       f"{tr.peak_step}: {sig.note}.")
+        return Finding(
+            detector=d.name, status="fired", severity=LEVELS[tr.max_level], title=d.title,
+            first_step=tr.first_step, steps=tr.steps(evaluated_steps), explanation=explanation,
+            recommendation=d.recommendation, run=run,
+            evidence={"metric": sig.metric, "peak_step": tr.peak_step, "peak_value": sig.value, "note": sig.note,
+                      "n_steps": tr.n_steps, "source": d.source},
+        )

@@ -1,0 +1,81 @@
+"""Entropy detectors: collapse (with the sign of Cov(lp, A) as early signal) and blow-up.
+
+Cui et al. (ALGORITHMS.md "Entropy dynamics"): entropy change is driven by the token covariance
+Cov(lp, A) = mean_t (lp_t - mean lp)(A_t - mean A); a sustained positive covariance predicts entropy collapse.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from arldiag.detectors.base import Detector, Signal
+from arldiag.detectors.window import early_baseline, grade_above, grade_below, slope, tail_mean
+
+
+def entropy_collapse_rule(w, state, p) -> Signal | None:
+    h = w.series("entropy")
+    cur = tail_mean(h, p["smooth"])
+    base = early_baseline(state, "entropy", h[-1], p["baseline_steps"])
+    if not (math.isfinite(cur) and math.isfinite(base)) or base <= 0:
+        return None
+    frac = cur / base
+    lv = grade_below(frac, p["frac_levels"])
+    cov = w.series("cov_logp_adv")[-p["cov_steps"]:]
+    cov = cov[np.isfinite(cov)]
+    early = (cov.size >= p["cov_steps"] // 2 and float((cov > 0).mean()) >= p["cov_pos_share"]
+             and slope(h, p["cov_steps"]) < 0 and frac <= p["early_frac"])
+    if early:
+        lv = max(lv, 1)  # Cui et al.: sustained Cov(lp, A) > 0 while entropy falls -> collapse ahead
+    if not lv:
+        return None
+    note = f"entropy {cur:.3g} = {frac:.0%} of its early level"
+    if cov.size:
+        note += f"; Cov(lp, A) > 0 on {float((cov > 0).mean()):.0%} of the last {cov.size} steps"
+    return Signal(lv, cur, "entropy", note)
+
+
+ENTROPY_COLLAPSE = Detector(
+    name="entropy_collapse",
+    title="Entropy collapse",
+    inputs=("entropy",),
+    columns=("cov_logp_adv",),
+    rule=entropy_collapse_rule,
+    params=dict(smooth=5, baseline_steps=10, frac_levels=(0.35, 0.2, 0.08), cov_steps=10, cov_pos_share=0.8,
+                early_frac=0.7),
+    explanation="Token entropy fell to a small fraction of its early level; the policy is becoming "
+                "deterministic and stops exploring. A sustained positive Cov(logp, A) is the early sign "
+                "(Cui et al.): confident tokens keep getting positive advantage.",
+    recommendation="Use Clip-Cov / KL-Cov on the top-covariance tokens, clip-higher (DAPO eps_high 0.28), or an "
+                   "entropy bonus; check the advantage normalisation.",
+    source="Cui et al., The Entropy Mechanism of RL for Reasoning LMs; DAPO clip-higher",
+)
+
+
+def entropy_blowup_rule(w, state, p) -> Signal | None:
+    h = w.series("entropy")
+    cur = tail_mean(h, p["smooth"])
+    base = early_baseline(state, "entropy", h[-1], p["baseline_steps"])
+    if not (math.isfinite(cur) and math.isfinite(base)) or base <= 0:
+        return None
+    lv = grade_above(cur / base, p["ratio_levels"])
+    if not lv:
+        return None
+    return Signal(lv, cur, "entropy", f"entropy {cur:.3g} = {cur / base:.1f}x its early level")
+
+
+ENTROPY_BLOWUP = Detector(
+    name="entropy_blowup",
+    title="Entropy blow-up",
+    inputs=("entropy",),
+    rule=entropy_blowup_rule,
+    params=dict(smooth=3, baseline_steps=10, ratio_levels=(1.5, 2.0, 3.0)),
+    explanation="Token entropy rose well above its early level: the policy is drifting towards uniform, usually "
+                "with garbled text and invalid formats, as in ARLArena's collapsed runs.",
+    recommendation="Lower the learning rate; check for non-finite gradients, negative-advantage low-IS "
+                   "sequences and an exploding grad norm.",
+    source="ARLArena (finding 1); Cui et al.",
+    evidence_sql="entropy_mean", evidence_where="entropy_mean is not null",
+)
+
+DETECTORS = [ENTROPY_COLLAPSE, ENTROPY_BLOWUP]

@@ -1,0 +1,86 @@
+"""Numerical health: grad-norm spikes and non-finite values."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from arldiag.detectors.base import Detector, Signal
+from arldiag.detectors.window import grade_above, prior_median
+
+
+def grad_norm_spike_rule(w, state, p) -> Signal | None:
+    x = w.series("grad_norm")
+    cur = x[-1] if x.size else math.nan
+    if math.isinf(cur):
+        return Signal(3, cur, "grad_norm", "grad_norm is infinite")
+    # steps with a zero gradient (every group without reward variance: no update) say nothing about its scale
+    base = prior_median(np.where(x > 0, x, np.nan), 1, p["baseline_steps"], p["min_history"])
+    if not (math.isfinite(cur) and math.isfinite(base)) or base <= 0:
+        return None
+    ratio = cur / base
+    lv = grade_above(ratio, p["ratio_levels"])
+    if not lv:
+        return None
+    return Signal(lv, cur, "grad_norm", f"grad_norm {cur:.3g} = {ratio:.1f}x the previous steps' median "
+                                        f"{base:.3g}")
+
+
+GRAD_NORM_SPIKE = Detector(
+    name="grad_norm_spike",
+    title="Gradient-norm spike",
+    inputs=("grad_norm",),
+    rule=grad_norm_spike_rule,
+    params=dict(baseline_steps=20, min_history=5, ratio_levels=(3.0, 6.0, 15.0)),
+    explanation="The gradient norm (user metric grad_norm, before clipping) jumped far above its recent median. "
+                "ARLArena's tolerant-clipping runs collapse with a grad-norm explosion.",
+    recommendation="Lower the learning rate or the clip threshold of the gradient norm; look at the step's "
+                   "top-KL and negative-advantage low-IS sequences.",
+    source="ARLArena (finding 1)",
+)
+
+_USER_NUMERIC = ("grad_norm", "loss", "pg_loss")
+
+
+def nonfinite_rule(w, state, p) -> Signal | None:
+    bad_tok = w.last("nonfinite_tokens")
+    n_tok = w.last("n_tokens")
+    notes, lv = [], 0
+    if math.isfinite(bad_tok) and bad_tok > 0:
+        total = bad_tok + (n_tok if math.isfinite(n_tok) else 0.0)
+        frac = bad_tok / total if total > 0 else 1.0
+        lv = 3 if frac >= p["critical_token_frac"] else 2
+        notes.append(f"{int(bad_tok)} masked tokens with NaN/Inf log-probs or advantages ({frac:.2%})")
+    # A step without any policy update (n_updates == 0: e.g. dynamic filtering dropped every group) logs NaN for
+    # its loss and grad norm: nothing was computed, nothing is broken.
+    updated = w.last("n_updates") != 0
+    for c in _USER_NUMERIC:
+        v = w.last(c)
+        seen = state.get("seen_" + c, False)
+        if math.isinf(v) or (math.isnan(v) and seen and updated):
+            # NaN only counts once the metric has been logged finite: before that NaN means "not recorded"
+            lv = 3
+            notes.append(f"{c} is {v}")
+        if math.isfinite(v):
+            state["seen_" + c] = True
+    if not lv:
+        return None
+    return Signal(lv, bad_tok if math.isfinite(bad_tok) else math.nan, "nonfinite_tokens", "; ".join(notes))
+
+
+NONFINITE = Detector(
+    name="nonfinite",
+    title="Non-finite values (NaN/Inf)",
+    inputs=("nonfinite_tokens", "grad_norm", "loss"),
+    columns=("n_tokens", "n_updates", "pg_loss"),
+    rule=nonfinite_rule,
+    params=dict(critical_token_frac=0.01),
+    explanation="NaN or Inf appeared in the recorded log-probs/advantages or in the logged loss/grad norm. "
+                "arldiag excludes such tokens from every aggregate, but the trainer probably does not.",
+    recommendation="Clamp log-ratios before exp (±20), check the reward and advantage normalisation "
+                   "(std + eps), and look at the sequences listed in the evidence.",
+    source="ALGORITHMS.md (NaN/Inf must be detected, never averaged)",
+    evidence_sql="nonfinite", evidence_where="nonfinite > 0",
+)
+
+DETECTORS = [GRAD_NORM_SPIKE, NONFINITE]

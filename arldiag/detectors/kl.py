@@ -1,0 +1,128 @@
+"""KL detectors: policy-update KL spike, reference-KL drift, KL concentration in the top 1 % of sequences.
+
+k3 estimator (ALGORITHMS.md "KL estimators"): k3 = exp(x) - x - 1 >= 0. The policy-update KL (lp_old vs lp) spikes
+at collapse in ARLArena's tolerant-clipping runs; verl's ppo_kl (k1) is the fallback for imported runs.
+"""
+from __future__ import annotations
+
+import math
+
+from arldiag.detectors.base import Detector, Signal
+from arldiag.detectors.window import (early_baseline, first_available, grade_above, prior_median, tail_mean)
+
+
+def _spike_level(x, p) -> tuple[int, float, float]:
+    """(level, current value, ratio to the rolling median of the previous ``baseline_steps`` steps)."""
+    cur = x[-1]
+    base = prior_median(x, 1, p["baseline_steps"], p["min_history"])
+    if not (math.isfinite(cur) and math.isfinite(base)):
+        return 0, cur, math.nan
+    ratio = cur / max(base, p["floor"])
+    lv = grade_above(ratio, p["ratio_levels"]) if cur >= p["min_value"] else 0
+    return lv, cur, ratio
+
+
+def ppo_kl_spike_rule(w, state, p) -> Signal | None:
+    # floor/min_value: with a few hundred tokens per step a k3 KL of 1e-4 jumps ten-fold by chance; a collapse
+    # spike is orders of magnitude above 1e-3 nats/token (0.07 in the CISPO sample run)
+    col = first_available(w, ("ppo_kl_k3", "ppo_kl"))
+    if col is None:
+        return None
+    x = w.series(col)
+    if col == "ppo_kl":
+        x = abs(x)  # k1 can be negative; its magnitude is what spikes
+    lv, cur, ratio = _spike_level(x, p)
+    lv = max(lv, grade_above(cur, p["abs_levels"]))
+    if not lv:
+        return None
+    return Signal(lv, cur, col, f"{col} {cur:.3g}" + (f" = {ratio:.1f}x the previous steps' median"
+                                                       if math.isfinite(ratio) else ""))
+
+
+PPO_KL_SPIKE = Detector(
+    name="ppo_kl_spike",
+    title="Policy-update KL spike",
+    inputs=("ppo_kl_k3", "ppo_kl"),
+    rule=ppo_kl_spike_rule,
+    params=dict(baseline_steps=20, min_history=5, floor=1e-3, min_value=2e-3, ratio_levels=(5.0, 15.0, 40.0),
+                abs_levels=(0.1, 0.3, 1.0)),
+    explanation="The KL between the behaviour policy and the updated policy jumped far above its recent level: "
+                "one step moved the policy much more than the previous ones. ARLArena sees a KL spike together "
+                "with the grad-norm explosion when tolerant-clipping runs collapse.",
+    recommendation="Inspect the top-KL sequences; lower the learning rate, add gradient clipping, or mask "
+                   "negative-advantage low-IS sequences.",
+    source="ARLArena (finding 1); verl actor/ppo_kl; k3 estimator (Schulman)",
+    evidence_sql="ppo_kl_k3_sum", evidence_where="true",
+)
+
+
+def kl_ref_drift_rule(w, state, p) -> Signal | None:
+    x = w.series("kl_ref_k3")
+    cur = tail_mean(x, p["smooth"])
+    if not math.isfinite(cur):
+        return None
+    lv = grade_above(cur, p["abs_levels"])
+    old = prior_median(x, p["lag"], p["lag"], 3)  # level ``lag`` steps ago
+    ratio = math.nan
+    if math.isfinite(old):
+        ratio = cur / max(old, p["floor"])
+        if cur >= p["min_value"]:
+            lv = max(lv, grade_above(ratio, p["ratio_levels"]))
+    if not lv:
+        return None
+    return Signal(lv, cur, "kl_ref_k3", f"kl_ref_k3 {cur:.3g}" + (
+        f" ({ratio:.1f}x its level {p['lag']} steps earlier)" if math.isfinite(ratio) else ""))
+
+
+KL_REF_DRIFT = Detector(
+    name="kl_ref_drift",
+    title="KL to the reference policy drifts up fast",
+    inputs=("kl_ref_k3",),
+    rule=kl_ref_drift_rule,
+    params=dict(smooth=3, lag=10, floor=0.01, min_value=0.02, ratio_levels=(3.0, 6.0, 15.0),
+                abs_levels=(0.2, 0.5, 1.5)),
+    # floor/min_value: the KL to the reference starts at 0 and grows naturally early in RL; only growth from a
+    # non-negligible level (0.01 nats/token) is drift
+    explanation="The k3 KL to the frozen reference grew several-fold within a few steps (or passed an absolute "
+                "level): the policy is running away from the reference faster than the KL penalty holds it.",
+    recommendation="Raise the KL coefficient, lower the learning rate, or check for reward hacking in the "
+                   "sequences with the highest kl_ref_k3.",
+    source="k3 estimator (verl low_var_kl); ARLArena SAMPO KL loss coef 0.01",
+    evidence_sql="kl_ref_k3", evidence_where="kl_ref_k3 is not null",
+)
+
+
+def kl_concentration_rule(w, state, p) -> Signal | None:
+    x = w.series("kl_top1pct_share")
+    cur = tail_mean(x, p["smooth"])
+    base = early_baseline(state, "kl_top1pct_share", x[-1], p["baseline_steps"])
+    if not (math.isfinite(cur) and math.isfinite(base)):
+        return None
+    # when the policy barely moves, which few sequences carry the tiny KL is noise: require a KL worth a look
+    kl = tail_mean(w.series("ppo_kl_k3"), p["smooth"])
+    if math.isfinite(kl) and kl < p["min_kl"]:
+        return None
+    if cur < p["min_ratio"] * max(base, p["floor"]):
+        return None
+    lv = grade_above(cur, p["abs_levels"])
+    if not lv:
+        return None
+    return Signal(lv, cur, "kl_top1pct_share",
+                  f"top 1% of sequences carry {cur:.0%} of the policy-update KL (early level {base:.0%})")
+
+
+KL_CONCENTRATION = Detector(
+    name="kl_concentration",
+    title="Policy-update KL concentrates in a few sequences",
+    inputs=("kl_top1pct_share",),
+    columns=("ppo_kl_k3",),
+    rule=kl_concentration_rule,
+    params=dict(smooth=5, baseline_steps=10, floor=0.02, min_ratio=1.5, min_kl=1e-3, abs_levels=(0.3, 0.5, 0.8)),
+    explanation="A handful of sequences carry most of the step's k3 policy-update KL: the update is dominated by "
+                "outliers (often negative-advantage low-IS sequences or retokenization artefacts).",
+    recommendation="Read the top-KL sequences below; mask or clip them at sequence level (GSPO, off-policy mask).",
+    source="ARLArena (KL share of negative-advantage low-IS sequences); Clip-Cov/KL-Cov (Cui et al.)",
+    evidence_sql="ppo_kl_k3_sum", evidence_where="true",
+)
+
+DETECTORS = [PPO_KL_SPIKE, KL_REF_DRIFT, KL_CONCENTRATION]

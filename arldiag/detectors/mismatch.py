@@ -1,0 +1,90 @@
+"""Training-inference mismatch and retokenization drift (ALGORITHMS.md "Training-inference mismatch")."""
+from __future__ import annotations
+
+import math
+
+from arldiag.detectors.base import Detector, Signal
+from arldiag.detectors.window import early_baseline, first_available, grade_above, tail_mean
+
+
+def mismatch_drift_rule(w, state, p) -> Signal | None:
+    col = first_available(w, ("mismatch_k3", "mismatch_chi2"))
+    if col is None:
+        return None
+    x = w.series(col)
+    cur = tail_mean(x, p["smooth"])
+    base = early_baseline(state, col, x[-1], p["baseline_steps"])
+    if not (math.isfinite(cur) and math.isfinite(base)) or cur < p["min_value"]:
+        return None
+    # a constant engine/trainer offset (precision, kernels) is a known bias, not drift: only growth counts
+    ratio = cur / max(base, p["floor"])
+    lv = grade_above(cur, p["abs_levels"]) if ratio >= p["min_growth"] else 0
+    lv = max(lv, grade_above(ratio, p["ratio_levels"]))
+    if not lv:
+        return None
+    note = f"{col} {cur:.3g} ({ratio:.1f}x its early level)"
+    mx = w.last("mismatch_log_abs_max")
+    if math.isfinite(mx):
+        note += f"; max |lp_old - lp_roll| {mx:.2f} nats"
+    return Signal(lv, cur, col, note)
+
+
+MISMATCH_DRIFT = Detector(
+    name="mismatch_drift",
+    title="Training-inference mismatch drifts",
+    inputs=("mismatch_k3", "mismatch_chi2"),
+    columns=("mismatch_log_abs_max",),
+    rule=mismatch_drift_rule,
+    params=dict(smooth=3, baseline_steps=10, floor=1e-4, min_value=1e-3, min_growth=1.5, abs_levels=(0.02, 0.05, 0.2),
+                ratio_levels=(4.0, 10.0, 30.0)),
+    explanation="The KL between the rollout engine's log-probs and the trainer's recomputed log-probs grew: the "
+                "samples are more off-policy than the IS ratios show, which biases the gradient.",
+    recommendation="Use truncated IS (TIS, C = 2) or masked IS (IcePop, [0.5, 5]); align engine and trainer "
+                   "precision/kernels; check the sequences with the largest mismatch.",
+    source="verl rollout correction (TIS/MIS); ALGORITHMS.md mismatch k3 and chi2",
+    evidence_sql="mismatch_log_abs_max", evidence_where="mismatch_log_abs_max is not null",
+    token_evidence_sql="abs(logp_old - logp_rollout)",
+)
+
+
+def retok_drift_rule(w, state, p) -> Signal | None:
+    lv, notes, value, metric = 0, [], math.nan, "retok_mismatch_frac"
+    fr = tail_mean(w.series("retok_mismatch_frac"), p["smooth"])
+    if math.isfinite(fr):
+        lv = grade_above(fr, p["frac_levels"])
+        value = fr
+        if lv:
+            notes.append(f"{fr:.2%} of tokens differ between rollout and trainer ids")
+    # isolated huge |lp_roll - lp_old| tokens while the bulk mismatch is small: the AT2PO retokenization signature
+    mx, k3 = w.last("mismatch_log_abs_max"), w.last("mismatch_k3")
+    if math.isfinite(mx) and (not math.isfinite(k3) or k3 < p["bulk_k3_max"]):
+        li = grade_above(mx, p["isolated_levels"])
+        if li:
+            notes.append(f"isolated token with |lp_old - lp_roll| = {mx:.1f} nats while mismatch_k3 is small")
+            if li > lv:
+                value, metric = mx, "mismatch_log_abs_max"
+            lv = max(lv, li)
+    if not lv:
+        return None
+    return Signal(lv, value, metric, "; ".join(notes))
+
+
+RETOK_DRIFT = Detector(
+    name="retok_drift",
+    title="Retokenization drift",
+    inputs=("retok_mismatch_frac", "mismatch_log_abs_max"),
+    columns=("mismatch_k3",),
+    rule=retok_drift_rule,
+    params=dict(smooth=3, frac_levels=(0.001, 0.01, 0.05), bulk_k3_max=0.01, isolated_levels=(8.0, 12.0, 1e9)),
+    explanation="The trainer optimises token ids the rollout engine never sampled (decode -> re-tokenize gives "
+                "different ids), visible as id mismatches and isolated tokens with a huge |lp_roll - lp_old|, "
+                "often at turn boundaries (AT2PO).",
+    recommendation="Pass token ids through (token-in-token-out) instead of re-tokenizing text between turns.",
+    source="AT2PO (retokenization drift)",
+    evidence_sql="greatest(coalesce(retok_mismatch, 0), 0) * 100 + coalesce(mismatch_log_abs_max, 0)",
+    evidence_where="retok_mismatch > 0 or mismatch_log_abs_max > 5",
+    token_evidence_sql=("abs(logp_old - logp_rollout) + 100 * (token_id_rollout >= 0 and token_id <> token_id_rollout)"
+                        "::INT"),
+)
+
+DETECTORS = [MISMATCH_DRIFT, RETOK_DRIFT]

@@ -1,0 +1,36 @@
+"""The one registry of detectors, in catalog order (docs/detectors.md follows the same order)."""
+from __future__ import annotations
+
+from arldiag.detectors import entropy, health, kl, mismatch, ratios, rollout
+from arldiag.detectors.base import Detector
+
+REGISTRY: dict[str, Detector] = {}
+
+
+def register(detector: Detector) -> Detector:
+    if detector.name in REGISTRY:
+        raise ValueError(f"detector {detector.name!r} is already registered")
+    REGISTRY[detector.name] = detector
+    return detector
+
+
+for _mod in (ratios, kl, entropy, health, rollout, mismatch):
+    for _d in _mod.DETECTORS:
+        register(_d)
+
+
+def resolve(names=None) -> list[Detector]:
+    """names: None (all), or an iterable of registry names and/or Detector objects (custom configs)."""
+    if names is None:
+        return list(REGISTRY.values())
+    if isinstance(names, (str, Detector)):
+        names = [names]
+    out = []
+    for n in names:
+        if isinstance(n, Detector):
+            out.append(n)
+        elif n in REGISTRY:
+            out.append(REGISTRY[n])
+        else:
+            raise ValueError(f"names: unknown detector {n!r}; known: {', '.join(REGISTRY)}")
+    return out

@@ -1,0 +1,80 @@
+"""Per-step collapse risk in [0, 1] and the alert state machine (ok / watch / warning / critical) with hysteresis.
+
+risk_t = 1 - prod_d (1 - score(level_{d,t}))   (noisy-OR: independent pieces of evidence add up; one detector at
+"warning" alone gives a warning-level risk; watch-level signals stay "watch" until three agree at one step:
+1 - 0.78^2 = 0.39, 1 - 0.78^3 = 0.53). The state enters a higher level as soon as risk reaches its threshold,
+and leaves it only after risk has stayed below (threshold - exit_margin) for exit_steps consecutive steps, so a
+noisy metric does not flap.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from arldiag.detectors.base import LEVELS
+
+
+@dataclass(frozen=True)
+class RiskConfig:
+    level_scores: tuple[float, float, float, float] = (0.0, 0.22, 0.55, 0.85)  # score of a detector at level 0..3
+    enter: tuple[float, float, float] = (0.25, 0.5, 0.8)                     # risk to enter watch/warning/critical
+    exit_margin: float = 0.1
+    exit_steps: int = 3
+
+    def __post_init__(self) -> None:
+        if list(self.enter) != sorted(self.enter) or not all(0 < t <= 1 for t in self.enter):
+            raise ValueError(f"enter must be ascending thresholds in (0, 1], got {self.enter}")
+        if self.exit_steps < 1:
+            raise ValueError(f"exit_steps must be >= 1, got {self.exit_steps}")
+        if not 0 <= self.exit_margin < min(self.enter):
+            raise ValueError(f"exit_margin must be in [0, {min(self.enter)}), got {self.exit_margin}")
+
+
+def combine_risk(levels: Iterable[int], cfg: RiskConfig = RiskConfig()) -> float:
+    """Noisy-OR of the detectors' level scores."""
+    keep = 1.0
+    for lv in levels:
+        keep *= 1.0 - cfg.level_scores[int(lv)]
+    return 1.0 - keep
+
+
+def level_of(risk: float, thresholds) -> int:
+    return sum(1 for t in thresholds if risk >= t) if math.isfinite(risk) else 0
+
+
+class AlertState:
+    """Hysteresis over the risk series. ``update(risk)`` returns the state level 0..3 after this step."""
+
+    def __init__(self, cfg: RiskConfig = RiskConfig()) -> None:
+        self.cfg = cfg
+        self.level = 0
+        self._calm = 0  # consecutive steps with risk below the exit threshold of the current level
+
+    @property
+    def state(self) -> str:
+        return LEVELS[self.level]
+
+    def update(self, risk: float) -> int:
+        target = level_of(risk, self.cfg.enter)
+        if target >= self.level:
+            self.level, self._calm = target, 0
+            return self.level
+        exits = tuple(t - self.cfg.exit_margin for t in self.cfg.enter)
+        if level_of(risk, exits) < self.level:
+            self._calm += 1
+            if self._calm >= self.cfg.exit_steps:
+                self.level, self._calm = max(target, level_of(risk, exits)), 0
+        else:
+            self._calm = 0
+        return self.level
+
+
+def risk_series(levels_per_step: Iterable[Mapping[str, int]], cfg: RiskConfig = RiskConfig()):
+    """[(risk, state)] for a sequence of {detector: level} dicts (used by tests and by the batch evaluator)."""
+    st = AlertState(cfg)
+    out = []
+    for lv in levels_per_step:
+        r = combine_risk(lv.values(), cfg)
+        out.append((r, LEVELS[st.update(r)]))
+    return out

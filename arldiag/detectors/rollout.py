@@ -1,0 +1,144 @@
+"""Rollout-side detectors: format-validity collapse, zero-variance groups, response length growth and truncation,
+and reward/success collapse (the lagging outcome signal that also defines the collapse label)."""
+from __future__ import annotations
+
+import math
+
+from arldiag.detectors.base import Detector, Signal
+from arldiag.detectors.window import (count_finite, early_baseline, first_available, grade_above, grade_below,
+                                      running_max, running_min, tail_mean)
+
+SUCCESS_COLUMNS = ("success_rate", "success_frac", "success")
+
+
+def _drop_from_peak(w, state, p, col) -> tuple[int, float, float]:
+    """(level, smoothed value, running peak of the smoothed value): falls below fractions of the peak."""
+    x = w.series(col)
+    cur = tail_mean(x, p["smooth"])
+    n = count_finite(state, "n_" + col, x[-1])
+    if n < p["smooth"]:  # the peak is taken over full smoothing windows only
+        return 0, cur, math.nan
+    peak = running_max(state, "peak_" + col, cur)
+    if n < p["warmup"] or not (math.isfinite(cur) and math.isfinite(peak)) or peak < p["min_peak"]:
+        return 0, cur, peak
+    return grade_below(cur / peak, p["frac_levels"]), cur, peak
+
+
+def format_collapse_rule(w, state, p) -> Signal | None:
+    lv, cur, peak = _drop_from_peak(w, state, p, "format_valid_frac")
+    if not lv:
+        return None
+    return Signal(lv, cur, "format_valid_frac", f"valid-format ratio {cur:.2f} (peak {peak:.2f})")
+
+
+FORMAT_COLLAPSE = Detector(
+    name="format_collapse",
+    title="Valid-format ratio collapses",
+    inputs=("format_valid_frac",),
+    rule=format_collapse_rule,
+    params=dict(smooth=5, warmup=10, min_peak=0.3, frac_levels=(0.75, 0.5, 0.25)),
+    explanation="The share of responses that parse as a valid action fell well below its peak. In ARLArena's "
+                "collapsed runs the valid-format ratio drops to ~0 together with success.",
+    recommendation="Check the response texts of the latest step; keep the format penalty, lower the learning "
+                   "rate, mask negative-advantage low-IS sequences.",
+    source="ARLArena (finding 1)",
+)
+
+
+def zero_std_groups_rule(w, state, p) -> Signal | None:
+    x = w.series("zero_std_group_frac")
+    cur = tail_mean(x, p["smooth"])
+    n = count_finite(state, "n", x[-1])
+    if n < p["smooth"]:
+        return None
+    low = running_min(state, "min", cur)
+    if n < p["warmup"] or not (math.isfinite(cur) and math.isfinite(low)) or cur - low < p["min_rise"]:
+        return None
+    lv = grade_above(cur, p["levels"])
+    if not lv:
+        return None
+    return Signal(lv, cur, "zero_std_group_frac",
+                  f"{cur:.0%} of groups have identical returns (lowest so far {low:.0%})")
+
+
+ZERO_STD_GROUPS = Detector(
+    name="zero_std_groups",
+    title="Groups without reward variance grow",
+    inputs=("zero_std_group_frac",),
+    rule=zero_std_groups_rule,
+    params=dict(smooth=8, warmup=10, min_rise=0.3, levels=(0.7, 0.85, 0.95)),
+    explanation="More and more groups have identical returns for all rollouts, so group-relative advantages are "
+                "zero and carry no learning signal (TRL frac_reward_zero_std). A rise after training started "
+                "usually means all rollouts fail (collapse) or all succeed (saturation).",
+    recommendation="Use dynamic sampling (DAPO) with a fine-grained advantage (GiGPO), or harder/easier tasks; "
+                   "check the success rate to tell collapse from saturation.",
+    source="DAPO dynamic sampling; TRL frac_reward_zero_std; ARLArena finding 5",
+)
+
+
+def length_growth_rule(w, state, p) -> Signal | None:
+    lv, notes, value, metric = 0, [], math.nan, "response_length_mean"
+    x = w.series("response_length_mean")
+    cur = tail_mean(x, p["smooth"])
+    base = early_baseline(state, "len", x[-1] if x.size else math.nan, p["baseline_steps"])
+    if math.isfinite(cur) and math.isfinite(base) and base > 0:
+        lv = grade_above(cur / base, p["ratio_levels"])
+        value = cur
+        if lv:
+            notes.append(f"mean response length {cur:.0f} = {cur / base:.1f}x its early level")
+    t = w.series("truncated_frac")
+    tr = tail_mean(t, p["smooth"])
+    n_tr = count_finite(state, "n_trunc", t[-1])
+    tr_low = running_min(state, "trunc_min", tr) if n_tr >= p["smooth"] else math.nan
+    if n_tr >= p["warmup"] and math.isfinite(tr) and math.isfinite(tr_low) and tr - tr_low >= p["trunc_min_rise"]:
+        lt = grade_above(tr, p["trunc_levels"])
+        if lt:
+            notes.append(f"{tr:.0%} of responses truncated")
+            if lt > lv:
+                value, metric = tr, "truncated_frac"
+            lv = max(lv, lt)
+    if not lv:
+        return None
+    return Signal(lv, value, metric, "; ".join(notes))
+
+
+LENGTH_GROWTH = Detector(
+    name="length_growth",
+    title="Response length growth and truncation",
+    inputs=("response_length_mean", "truncated_frac"),
+    rule=length_growth_rule,
+    params=dict(smooth=5, warmup=10, baseline_steps=10, ratio_levels=(1.75, 2.5, 4.0), trunc_min_rise=0.05,
+                trunc_levels=(0.15, 0.3, 0.6)),
+    explanation="Responses got much longer than early in training or hit the length limit more often; "
+                "repetition loops and truncated (invalid) answers often precede a format collapse.",
+    recommendation="Use an overlong penalty (DAPO), token-mean loss aggregation, and read the longest responses.",
+    source="DAPO (overlong reward shaping); verl response_length/clip_ratio",
+    evidence_sql="response_length", evidence_where="response_length is not null",
+)
+
+
+def success_collapse_rule(w, state, p) -> Signal | None:
+    col = first_available(w, SUCCESS_COLUMNS)
+    if col is None:
+        return None
+    lv, cur, peak = _drop_from_peak(w, state, p, col)
+    if not lv:
+        return None
+    return Signal(lv, cur, col, f"{col} {cur:.2f} (peak {peak:.2f})")
+
+
+SUCCESS_COLLAPSE = Detector(
+    name="success_collapse",
+    title="Reward / success collapse",
+    inputs=SUCCESS_COLUMNS,
+    rule=success_collapse_rule,
+    params=dict(smooth=10, warmup=10, min_peak=0.2, frac_levels=(0.5, 0.25, 0.1)),
+    explanation="The success rate fell well below its peak. This is the lagging outcome: by the time it fires "
+                "the run has collapsed; the leading detectors above should have fired earlier.",
+    recommendation="Roll back to the last checkpoint before the first warning and apply the leading detectors' "
+                   "recommendations.",
+    source="ARLArena (finding 1); label rule in docs/detectors.md",
+    lagging=True,
+)
+
+DETECTORS = [FORMAT_COLLAPSE, ZERO_STD_GROUPS, LENGTH_GROWTH, SUCCESS_COLLAPSE]

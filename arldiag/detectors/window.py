@@ -1,0 +1,154 @@
+"""Bounded per-step history and the small numeric helpers every rule uses.
+
+State never grows with the run: a ``Window`` keeps the last ``size`` values of each column it tracks, and the
+helpers that need more history keep O(1) summaries (running peak, running minimum, a frozen early baseline of at
+most ``n`` values) in the detector's own state dict.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Iterable, Mapping
+
+import numpy as np
+
+
+def as_float(v) -> float:
+    """Metric value -> float; None, non-numbers and pandas NA -> NaN (a column the step did not record)."""
+    if v is None:
+        return math.nan
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+class Window:
+    """The last ``size`` values of each tracked column, oldest first; NaN where a step did not record it."""
+
+    def __init__(self, columns: Iterable[str], size: int) -> None:
+        if size < 2:
+            raise ValueError(f"size must be >= 2, got {size}")
+        self.size = int(size)
+        self._buf: dict[str, deque] = {c: deque(maxlen=self.size) for c in columns}
+        self._cache: dict[str, np.ndarray] = {}
+        self.n_steps = 0
+        self.step: int | None = None
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self._buf)
+
+    def push(self, step: int, metrics: Mapping[str, object]) -> None:
+        for c, buf in self._buf.items():
+            buf.append(as_float(metrics.get(c)))
+        self._cache.clear()
+        self.n_steps += 1
+        self.step = int(step)
+
+    def series(self, col: str) -> np.ndarray:
+        """float64 array of the tracked values of ``col`` (oldest first); empty if the column is not tracked."""
+        a = self._cache.get(col)
+        if a is None:
+            buf = self._buf.get(col)
+            a = np.fromiter(buf, dtype=np.float64, count=len(buf)) if buf is not None else np.empty(0)
+            self._cache[col] = a
+        return a
+
+    def last(self, col: str) -> float:
+        a = self.series(col)
+        return float(a[-1]) if a.size else math.nan
+
+
+# ------------------------------------------------------------------------------------------------ pure helpers
+def tail_mean(x: np.ndarray, k: int) -> float:
+    """Mean of the finite values among the last k entries (NaN if none): the smoothing every level rule uses."""
+    t = x[-k:]
+    t = t[np.isfinite(t)]
+    return float(t.mean()) if t.size else math.nan
+
+
+def prior_median(x: np.ndarray, skip: int, n: int, min_count: int) -> float:
+    """Median of the finite values among the n entries before the last ``skip`` ones: a rolling baseline that
+    excludes the current step(s), so a spike is compared against what came before it."""
+    end = len(x) - skip
+    t = x[max(0, end - n):max(0, end)]
+    t = t[np.isfinite(t)]
+    return float(np.median(t)) if t.size >= min_count else math.nan
+
+
+def slope(x: np.ndarray, n: int) -> float:
+    """Least-squares slope per step over the finite values among the last n entries (NaN if < 3 points)."""
+    t = x[-n:]
+    idx = np.arange(t.size, dtype=np.float64)
+    ok = np.isfinite(t)
+    if ok.sum() < 3:
+        return math.nan
+    xi, yi = idx[ok], t[ok]
+    xc = xi - xi.mean()
+    den = float((xc * xc).sum())
+    return float((xc * (yi - yi.mean())).sum() / den) if den > 0 else math.nan
+
+
+def grade_above(v: float, thresholds) -> int:
+    """0..3: how many of the ascending thresholds (watch, warning, critical) v reaches."""
+    if not math.isfinite(v):
+        return 0
+    return sum(1 for t in thresholds if v >= t)
+
+
+def grade_below(v: float, thresholds) -> int:
+    """0..3: how many of the descending thresholds (watch, warning, critical) v has fallen to or under."""
+    if not math.isfinite(v):
+        return 0
+    return sum(1 for t in thresholds if v <= t)
+
+
+# ------------------------------------------------------------------------------- O(1) state kept across steps
+def early_baseline(state: dict, key: str, value: float, n: int) -> float:
+    """Median of the first n finite values seen (frozen afterwards); NaN until n have been seen.
+
+    A frozen early baseline catches slow accumulation that a rolling baseline would absorb (ARLArena: the
+    negative-advantage low-IS share grows over ~100 steps before collapse)."""
+    done = state.get(key + "_base")
+    if done is not None:
+        return done
+    buf = state.setdefault(key + "_early", [])
+    if math.isfinite(value):
+        buf.append(value)
+    if len(buf) >= n:
+        state[key + "_base"] = float(np.median(buf))
+        del state[key + "_early"]
+        return state[key + "_base"]
+    return math.nan
+
+
+def running_max(state: dict, key: str, value: float) -> float:
+    """Running maximum of the finite values seen so far (NaN before the first)."""
+    cur = state.get(key, math.nan)
+    if math.isfinite(value) and not (value <= cur):
+        state[key] = cur = value
+    return cur
+
+
+def running_min(state: dict, key: str, value: float) -> float:
+    cur = state.get(key, math.nan)
+    if math.isfinite(value) and not (value >= cur):
+        state[key] = cur = value
+    return cur
+
+
+def count_finite(state: dict, key: str, value: float) -> int:
+    """How many finite values of a series have been seen (a warm-up counter: running peaks and minima of a
+    smoothed series start only once its smoothing window is full, so one lucky early step is not a "peak")."""
+    n = state.get(key, 0) + (1 if math.isfinite(value) else 0)
+    state[key] = n
+    return n
+
+
+def first_available(window: Window, cols) -> str | None:
+    """The first of ``cols`` with a finite value somewhere in the window (alternative metric names)."""
+    for c in cols:
+        if np.isfinite(window.series(c)).any():
+            return c
+    return None

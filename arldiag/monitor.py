@@ -1,0 +1,149 @@
+"""Online monitor: evaluates the registered detectors as each step completes and sends alerts to sinks.
+
+    monitor = arldiag.Monitor(webhook="https://hooks.example/...", stop_on="critical")
+    with arldiag.Collector("runs/exp1", monitor=monitor, ...) as col: ...
+
+The Collector calls ``bind(collector)`` once and ``on_step(step, metrics)`` after each step is finalised. The
+Monitor feeds the same ``Evaluator`` the batch ``detect`` uses (one rule per detector, DESIGN.md "Two evaluators,
+one definition"), so its findings equal ``detect(open_run(...))`` on the finished run. Its state is bounded (a
+window of steps), so the per-step cost is flat however long the run is. It imports numpy only: no DuckDB, pandas,
+Dash or plotly in the training process.
+
+Alerts: one when the run's alert state changes (ok/watch/warning/critical, with hysteresis) and one when a detector
+reaches a level above its previous maximum (at most three per detector per run).
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any, Callable, Iterable, Mapping
+
+from arldiag.alerts import Alert, CallbackSink, ConsoleSink, StoreSink, WandbSink, WebhookSink
+from arldiag.detectors.base import LEVELS
+from arldiag.detectors.engine import Evaluator, StepResult
+from arldiag.detectors.risk import RiskConfig
+from arldiag.findings import Finding
+
+log = logging.getLogger("arldiag")
+DEFAULT_SINKS = ("console", "store", "wandb")
+
+
+class Monitor:
+    """Args:
+        detectors: registry names and/or Detector objects (default: the whole registry).
+        risk: RiskConfig (level scores, state thresholds, hysteresis).
+        sinks: names among "console", "store", "wandb", and/or callables ``sink(alert)``.
+        webhook: URL to POST alerts to (or a WebhookSink); callback: ``fn(alert, monitor)``.
+        stop_on: "warning" | "critical" | None: ask the trainer to stop (collector.request_stop) at that state.
+        min_severity: lowest severity sent to the console.
+    """
+
+    def __init__(self, detectors=None, *, risk: RiskConfig | None = None,
+                 sinks: Iterable[str | Callable[[Alert], None]] = DEFAULT_SINKS, webhook: Any = None,
+                 callback: Callable[[Alert, "Monitor"], Any] | None = None, stop_on: str | None = None,
+                 min_severity: str = "watch", source: str = "online", run: str | None = None,
+                 console_stream=None) -> None:
+        if stop_on not in (None, "watch", "warning", "critical"):
+            raise ValueError(f"stop_on must be None, 'watch', 'warning' or 'critical', got {stop_on!r}")
+        self.evaluator = Evaluator(detectors, risk=risk)
+        self.source, self.run, self.stop_on = source, run, stop_on
+        self.collector = None
+        self.alerts_sent = 0
+        self.stop_requested: str | None = None
+        self._sinks: list[Callable[[Alert], None]] = []
+        self._wants_store = False
+        self._failed: set[int] = set()
+        for s in sinks:
+            if s == "console":
+                self._sinks.append(ConsoleSink(console_stream, min_severity))
+            elif s == "store":
+                self._wants_store = True  # attached in bind(): needs the collector
+            elif s == "wandb":
+                self._sinks.append(WandbSink())
+            elif callable(s):
+                self._sinks.append(s)
+            else:
+                raise ValueError(f"sinks: unknown sink {s!r}; use 'console', 'store', 'wandb' or a callable")
+        if webhook is not None:
+            self._sinks.append(webhook if isinstance(webhook, WebhookSink) else WebhookSink(str(webhook)))
+        if callback is not None:
+            self._sinks.append(CallbackSink(callback, self))
+
+    # ------------------------------------------------------------------ Collector hook
+    def bind(self, collector: Any) -> None:
+        self.collector = collector
+        if self._wants_store and hasattr(collector, "record_alert"):
+            self._sinks.append(StoreSink(collector.record_alert))
+        if self.run is None:
+            self.run = getattr(collector, "manifest", {}).get("name")
+
+    def on_step(self, step: int, metrics: Mapping[str, Any]) -> StepResult:
+        res = self.evaluator.update(step, metrics)
+        for alert in self.alerts_for(res):
+            self.emit(alert)
+        if (self.stop_on is not None and LEVELS.index(res.state) >= LEVELS.index(self.stop_on)
+                and self.stop_requested is None):
+            self.request_stop(f"alert state {res.state} at step {res.step} (risk {res.risk:.2f}; "
+                              f"leading detector {res.top})")
+        return res
+
+    # ------------------------------------------------------------------ alerts
+    def alerts_for(self, res: StepResult) -> list[Alert]:
+        out = []
+        if res.changed:
+            sig = res.signals.get(res.top) if res.top else None
+            msg = "; ".join(f"{n}: {s.note}" for n, s in res.signals.items()) or "no detector is firing"
+            out.append(Alert(step=res.step, detector=res.top or "risk",
+                             severity=res.state if res.state != "ok" else "info", state=res.state, risk=res.risk,
+                             title=f"alert state {res.previous_state} -> {res.state}", message=msg,
+                             evidence={"signals": {n: {"level": LEVELS[s.level], "metric": s.metric,
+                                                       "value": s.value} for n, s in res.signals.items()},
+                                       "top_value": sig.value if sig else None},
+                             source=self.source, run=self.run))
+        for name in res.escalated:
+            s = res.signals[name]
+            if res.changed and name == res.top and LEVELS[s.level] == res.state:
+                continue  # the state-change alert above already names this detector at this level
+            d = next(d for d in self.evaluator.detectors if d.name == name)
+            out.append(Alert(step=res.step, detector=name, severity=LEVELS[s.level], state=res.state,
+                             risk=res.risk, title=d.title, message=f"{s.note}. {d.recommendation}",
+                             evidence={"metric": s.metric, "value": s.value}, source=self.source, run=self.run))
+        return out
+
+    def emit(self, alert: Alert) -> None:
+        self.alerts_sent += 1
+        for i, sink in enumerate(self._sinks):
+            try:
+                sink(alert)
+            except Exception as exc:  # noqa: BLE001 - a sink must never take training down
+                if i not in self._failed:
+                    self._failed.add(i)
+                    msg = f"arldiag: alert sink {type(sink).__name__} failed ({type(exc).__name__}: {exc})"
+                    warnings.warn(msg, RuntimeWarning, stacklevel=2)
+                    log.warning(msg)
+
+    def request_stop(self, reason: str) -> None:
+        self.stop_requested = reason
+        if self.collector is not None and hasattr(self.collector, "request_stop"):
+            self.collector.request_stop(reason)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def state(self) -> str:
+        return self.evaluator.alert.state
+
+    @property
+    def last_step(self) -> int | None:
+        return self.evaluator.last_step
+
+    def findings(self) -> list[Finding]:
+        return self.evaluator.findings(self.run)
+
+    def close(self) -> None:
+        for sink in self._sinks:
+            close = getattr(sink, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # noqa: BLE001
+                    pass

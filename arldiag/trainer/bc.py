@@ -1,0 +1,114 @@
+"""Behaviour-cloning warm start from solver trajectories (ARLArena's first step), cached on disk.
+
+Demonstrations are played with ``env.solver_response()`` and laid out exactly like RL samples (``batch.py``), so
+BC maximises the log-likelihood of the same response tokens the RL loss later trains. The cache key covers
+everything that changes the result (env, vocabulary, model shape, BC settings, seed, layout); a hit loads the
+state dict instead of training.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from arldiag.trainer.batch import build_batch
+from arldiag.trainer.policy import TokenCodec, window_logprobs
+from arldiag.trainer.rollout import Episode, Turn
+
+CACHE_VERSION = 1
+
+
+def solver_texts(env_factory: Callable[[], Any], n_episodes: int, seed: int, max_turns: int
+                 ) -> list[list[tuple[str, str, Any, str]]]:
+    """Play ``n_episodes`` solver episodes; per episode a list of (observation, response, StepResult, anchor)."""
+    env = env_factory()
+    rng = np.random.default_rng(seed)
+    out = []
+    for task in rng.integers(0, 2**31 - 1, size=n_episodes):
+        env.reset(int(task))
+        turns = []
+        for _ in range(max_turns):
+            obs, anchor = env.observation(), env.anchor()
+            response = env.solver_response()
+            result = env.step(response)
+            turns.append((obs, response, result, anchor))
+            if result.done:
+                break
+        out.append(turns)
+    return out
+
+
+def demo_episodes(demos: Sequence[Sequence[tuple[str, str, Any, str]]], codec: TokenCodec) -> list[Episode]:
+    """Solver episodes as trainer Episodes (canonical token ids, eos appended, tool outputs inserted)."""
+    bos = [codec.bos_id] if codec.bos_id is not None else []
+    episodes = []
+    for k, turns in enumerate(demos):
+        ep = Episode(task_id=k, group_index=k, prompt_ids=bos + codec.encode(turns[0][0]))
+        for obs, response, result, anchor in turns:
+            ids = codec.encode(response) + [codec.eos_id]
+            inserted = codec.encode(result.tool_output) if result.tool_output else []
+            ep.turns.append(Turn(prompt_ids=bos + codec.encode(obs), sampled_ids=ids, trained_ids=ids,
+                                 logp_rollout=[0.0] * len(ids), inserted_ids=inserted, reward=result.reward,
+                                 valid=result.valid, truncated=False, anchor=anchor))
+            ep.success = bool(result.success)
+        episodes.append(ep)
+    return episodes
+
+
+def cache_key(cfg: Any, vocabulary: Sequence[str], layout: str, max_turns: int) -> str:
+    parts = dict(v=CACHE_VERSION, env=cfg.env, vocab=list(vocabulary), model=cfg.model, hidden=cfg.hidden_size,
+                 layers=cfg.n_layers, episodes=cfg.bc_episodes, steps=cfg.bc_steps, lr=cfg.bc_lr, seed=cfg.seed,
+                 layout=layout, max_turns=max_turns)
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def behaviour_clone(model: Any, codec: TokenCodec, episodes: Sequence[Episode], *, layout: str, steps: int, lr: float,
+                    batch_size: int = 64, seed: int = 0, device: Any = "cpu", log: Callable[[str], None] = print
+                    ) -> list[float]:
+    """Maximise the log-likelihood of the demonstration responses (masked tokens only). Returns the loss curve."""
+    batch = build_batch(episodes, layout=layout, codec=codec)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    gen = torch.Generator().manual_seed(seed)
+    n = batch.input_ids.shape[0]
+    losses = []
+    model.train()
+    for step in range(steps):
+        idx = torch.randperm(n, generator=gen)[:batch_size]
+        ids = batch.input_ids[idx].to(device)
+        attn = batch.attention_mask[idx].to(device)
+        mask = batch.response_mask[idx].to(device).float()
+        logp, _ = window_logprobs(model, ids, attn, batch.start)
+        loss = -(logp * mask).sum() / mask.sum().clamp_min(1.0)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+        if step % 100 == 0 or step == steps - 1:
+            log(f"bc step {step} nll {losses[-1]:.4f}")
+    model.eval()
+    return losses
+
+
+def load_or_train_bc(model: Any, codec: TokenCodec, cfg: Any, env_factory: Callable[[], Any], vocabulary: Sequence[str],
+                     layout: str, max_turns: int, log: Callable[[str], None] = print) -> str:
+    """Warm-start ``model`` in place from the cache, or train it by BC and cache it. Returns the checkpoint path."""
+    folder = os.path.expanduser(cfg.bc_cache)
+    path = os.path.join(folder, f"{cfg.env}-{cache_key(cfg, vocabulary, layout, max_turns)}.pt")
+    if os.path.exists(path):
+        model.load_state_dict(torch.load(path, map_location=cfg.device))
+        log(f"bc: loaded cached warm start {path}")
+        return path
+    demos = solver_texts(env_factory, cfg.bc_episodes, seed=10_000 + cfg.seed, max_turns=max_turns)
+    behaviour_clone(model, codec, demo_episodes(demos, codec), layout=layout, steps=cfg.bc_steps, lr=cfg.bc_lr,
+                    seed=cfg.seed, device=cfg.device, log=log)
+    os.makedirs(folder, exist_ok=True)
+    tmp = path + f".tmp{os.getpid()}"
+    torch.save(model.state_dict(), tmp)
+    os.replace(tmp, path)  # atomic: parallel runs may race on the same key
+    log(f"bc: cached warm start {path}")
+    return path

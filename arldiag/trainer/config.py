@@ -1,0 +1,167 @@
+"""The reference trainer's one configuration object.
+
+Every knob is a field of ``TrainConfig`` with its documentation in ``metadata["help"]``; the command line is built
+from those fields (``add_config_arguments``), so the docs are written once. ``PRESETS[algo]`` holds each
+algorithm's defaults (ALGORITHMS.md); values given on the command line override the preset.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
+
+ALGOS = ("grpo", "dapo", "gspo", "cispo", "sapo", "atpo", "sampo")
+LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+ADV_ESTIMATORS = ("grpo", "gigpo")
+# Algorithms whose clip acts on a sequence (or turn) ratio; the Collector is told their range as seq_clip.
+SEQUENCE_CLIP_ALGOS = ("gspo", "atpo", "sampo")
+
+
+def _f(default: Any, help: str, choices: tuple | None = None) -> Any:
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
+@dataclass
+class TrainConfig:
+    # --- what to train -------------------------------------------------------------------------------------------
+    algo: str = _f("sampo", "algorithm; selects the loss and the preset defaults", ALGOS)
+    env: str = _f("sokoban", "environment name (arldiag.trainer.envs registry)")
+    steps: int = _f(200, "number of RL steps (one rollout batch + its updates per step)")
+    out: str = _f("runs/run", "run store folder written through the Collector")
+    name: Optional[str] = _f(None, "run name shown by readers (default: the out folder's name)")
+    seed: int = _f(0, "seed for tasks, sampling and model initialisation")
+    # --- batch and optimisation ----------------------------------------------------------------------------------
+    lr: float = _f(1e-4, "Adam learning rate of the RL updates")
+    n_tasks: int = _f(8, "tasks (environment seeds) per step")
+    group_size: int = _f(4, "rollouts per task (the GRPO group size G)")
+    ppo_epochs: int = _f(1, "passes over each rollout batch")
+    n_minibatches: int = _f(4, "mini-batches (optimizer updates) per epoch; off-policy degree = n_minibatches - 1")
+    max_grad_norm: float = _f(1.0, "gradient-norm clip of each update (0 disables)")
+    # --- loss ------------------------------------------------------------------------------------------------------
+    clip_low: float = _f(0.2, "eps_low: lower clip bound is 1 - clip_low (token ratio, or sequence ratio for gspo/atpo/sampo)")
+    clip_high: float = _f(0.2, "eps_high: upper clip bound is 1 + clip_high")
+    dual_clip_c: float = _f(0.0, "dual-clip constant c for A<0 (grpo/dapo); 0 disables, 3 is the usual value")
+    tau_pos: float = _f(1.0, "SAPO temperature for positive advantages")
+    tau_neg: float = _f(1.05, "SAPO temperature for negative advantages")
+    kl_coef: float = _f(0.0, "coefficient of the k3 KL loss to the frozen reference policy (0 disables)")
+    loss_agg: str = _f("token-mean", "how token losses are averaged into the batch loss", LOSS_AGGS)
+    # --- advantages ------------------------------------------------------------------------------------------------
+    adv_estimator: str = _f("grpo", "grpo: group z-score of episode returns; gigpo: plus anchor-state step advantages", ADV_ESTIMATORS)
+    omega: float = _f(1.0, "GiGPO weight of the step advantage: A = A_episode + omega * A_step")
+    gamma: float = _f(0.95, "GiGPO discount of the step return G_t = sum_k gamma^k r_{t+k}")
+    dynamic_filter: bool = _f(False, "drop groups whose episode returns are all equal (DAPO dynamic sampling, no resampling)")
+    cold_start_steps: int = _f(5, "steps at the start during which dynamic filtering keeps every group (ARLArena)")
+    nalis_mask: Optional[bool] = _f(None, "negative-advantage low-IS sequence mask (any loss); default: on only for sampo")
+    nalis_delta: float = _f(0.223, "mask a sample when mean A < 0 and mean(logp_old - logp) > delta (0.223: s_i < 0.8)")
+    format_penalty: float = _f(0.0, "extra penalty subtracted from a turn's reward when its response is not a valid action")
+    # --- rollout ---------------------------------------------------------------------------------------------------
+    max_turns: Optional[int] = _f(None, "turn limit per episode (default: the environment's)")
+    max_new_tokens: int = _f(16, "response length limit per turn; a response hitting it is marked truncated")
+    temperature: float = _f(1.0, "sampling temperature (the trainer's log-probs use the same temperature)")
+    context: str = _f("auto", "turn: one sample per turn (prompt = observation); trajectory: one sample per episode with "
+                      "environment/tool text inserted as masked tokens; auto: the environment's choice", ("auto", "turn", "trajectory"))
+    retokenize: bool = _f(False, "decode sampled ids to text and encode again between turns (reproduces retokenization drift)")
+    rollout_dtype: str = _f("float32", "dtype of the sampler's weights; bfloat16 makes logp_rollout differ from the trainer's "
+                            "logp_old (train/inference mismatch)", ("float32", "bfloat16", "float16"))
+    # --- model -----------------------------------------------------------------------------------------------------
+    model: str = _f("tiny-qwen3", "tiny-qwen3 | tiny-llama (built from a config, local word-level tokenizer) or a local "
+                    "path to a pretrained causal LM and its tokenizer (never downloaded)")
+    hidden_size: int = _f(128, "hidden size of the tiny model")
+    n_layers: int = _f(2, "layers of the tiny model")
+    device: str = _f("cpu", "torch device (cpu, cuda, cuda:1, ...)")
+    threads: int = _f(0, "torch CPU threads (0: torch's default); 1 lets two runs share a 2-core machine")
+    init: str = _f("bc", "bc: behaviour-cloning warm start from solver trajectories (cached); scratch; or a checkpoint path")
+    bc_episodes: int = _f(400, "solver episodes for behaviour cloning")
+    bc_steps: int = _f(300, "behaviour-cloning optimizer steps")
+    bc_lr: float = _f(3e-3, "behaviour-cloning learning rate")
+    bc_cache: str = _f("~/.cache/arldiag/bc", "folder of cached behaviour-cloning checkpoints")
+    # --- logging ---------------------------------------------------------------------------------------------------
+    token_sample_rate: float = _f(0.05, "fraction of token rows the Collector keeps (sequence/step tables are complete)")
+    save_model: bool = _f(False, "save the final policy under OUT/model")
+
+    def resolved_nalis_mask(self) -> bool:
+        return (self.algo == "sampo") if self.nalis_mask is None else bool(self.nalis_mask)
+
+    def validate(self) -> "TrainConfig":
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get("choices")
+            if choices and getattr(self, f.name) not in choices:
+                raise ValueError(f"{f.name}={getattr(self, f.name)!r}: choose from {', '.join(choices)}")
+        positive = ("lr", "n_tasks", "group_size", "ppo_epochs", "n_minibatches", "max_new_tokens", "temperature",
+                    "tau_pos", "tau_neg", "hidden_size", "n_layers")
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if not 0.0 <= self.token_sample_rate <= 1.0:
+            raise ValueError(f"token_sample_rate must be in [0, 1], got {self.token_sample_rate!r}")
+        if self.steps < 0:
+            raise ValueError(f"steps must be >= 0, got {self.steps!r}")
+        return self
+
+
+# Per-algorithm defaults (ALGORITHMS.md). Clip ranges of gspo/atpo/sampo are ARLArena's script values.
+PRESETS: dict[str, dict[str, Any]] = {
+    "grpo": dict(clip_low=0.2, clip_high=0.2, dual_clip_c=3.0, loss_agg="token-mean", adv_estimator="grpo"),
+    "dapo": dict(clip_low=0.2, clip_high=0.28, loss_agg="token-mean", adv_estimator="grpo", dynamic_filter=True),
+    "gspo": dict(clip_low=3e-3, clip_high=4e-3, loss_agg="seq-mean-token-mean", adv_estimator="grpo"),
+    "cispo": dict(clip_low=1.0, clip_high=0.2, loss_agg="token-mean", adv_estimator="grpo"),
+    "sapo": dict(tau_pos=1.0, tau_neg=1.05, loss_agg="token-mean", adv_estimator="grpo"),
+    "atpo": dict(clip_low=3e-3, clip_high=4e-3, loss_agg="seq-mean-token-mean", adv_estimator="grpo"),
+    "sampo": dict(clip_low=3e-3, clip_high=4e-3, loss_agg="seq-mean-token-mean", adv_estimator="gigpo", omega=1.0,
+                  gamma=0.95, dynamic_filter=True, cold_start_steps=5, nalis_mask=True, format_penalty=0.1,
+                  kl_coef=0.01),
+}
+
+
+def make_config(algo: str, **overrides: Any) -> TrainConfig:
+    """The preset of ``algo`` with ``overrides`` applied (None values are ignored)."""
+    if algo not in PRESETS:
+        raise ValueError(f"algo={algo!r}: choose from {', '.join(ALGOS)}")
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = set(overrides) - names
+    if unknown:
+        raise ValueError(f"unknown config field(s): {', '.join(sorted(unknown))}")
+    values = dict(PRESETS[algo])
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    values["algo"] = algo
+    return TrainConfig(**values).validate()
+
+
+# --- argparse built from the fields ---------------------------------------------------------------------------------
+def _base_type(tp: Any) -> Any:
+    if get_origin(tp) is Union:
+        args = [a for a in get_args(tp) if a is not type(None)]
+        return args[0]
+    return tp
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected a boolean (true/false), got {text!r}")
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """One option per field: ``--n-tasks 8``; booleans take ``--flag`` / ``--no-flag``. Defaults are None so that
+    only what the user typed overrides the preset (the help shows the dataclass default)."""
+    hints = get_type_hints(TrainConfig)
+    for f in dataclasses.fields(TrainConfig):
+        tp = _base_type(hints[f.name])
+        opt = "--" + f.name.replace("_", "-")
+        helptext = f"{f.metadata['help']} (default: {f.default}; presets may change it)"
+        if tp is bool:
+            parser.add_argument(opt, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=helptext)
+        else:
+            parser.add_argument(opt, dest=f.name, type=tp, default=None, choices=f.metadata.get("choices"),
+                                help=helptext)
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    values = {n: getattr(args, n, None) for n in names}
+    algo = values.pop("algo") or TrainConfig.algo
+    return make_config(algo, **values)

@@ -1,0 +1,343 @@
+"""The training loop: rollout -> rewards and advantages -> PPO-style updates, logged only through the Collector.
+
+One step (CleanRL-style, top to bottom):
+  1. play n_tasks x group_size episodes with the sampler (a copy of the policy, optionally in reduced precision);
+  2. turn rewards r_t (env reward minus the format penalty of invalid turns), episode returns R, advantages
+     (GRPO group z-score, or GiGPO episode + omega * anchor-state step advantage), dynamic filtering of groups;
+  3. logp_old and logp_ref: the trainer's recompute before any update (no gradient);
+  4. ppo_epochs x n_minibatches updates of the policy loss (+ k3 KL), each recorded with record_update;
+  5. step metrics with record_step; stop early when the Collector says so.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+
+from arldiag.trainer.advantages import (discounted_returns, dynamic_filter_keep, gigpo_step_advantages,
+                                        grpo_advantages)
+from arldiag.trainer.batch import Batch, build_batch
+from arldiag.trainer.config import SEQUENCE_CLIP_ALGOS, TrainConfig
+from arldiag.trainer.losses import k3_kl, policy_loss
+from arldiag.trainer.policy import TokenCodec, build_policy, load_pretrained, window_logprobs
+from arldiag.trainer.rollout import Episode, run_episodes, step_task_ids
+
+# Environments whose replies come back inside the context (tool outputs) train one sample per trajectory.
+TRAJECTORY_ENVS = ("calculator",)
+MERGE_DEMO_EPISODES = 50
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class NullCollector:
+    """A collector that records nothing (same methods as arldiag.Collector): for benchmarks and dry runs."""
+    should_stop = False
+
+    def __enter__(self) -> "NullCollector":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def record_rollout(self, step: int, **kw: Any) -> None:
+        return None
+
+    def record_update(self, step: int, **kw: Any) -> None:
+        return None
+
+    def record_step(self, step: int, **kw: Any) -> None:
+        return None
+
+
+def make_env_factory(cfg: TrainConfig) -> Callable[[], Any]:
+    from arldiag.trainer.envs import make_env
+
+    kw = {} if cfg.max_turns is None else {"max_turns": cfg.max_turns}
+    return lambda: make_env(cfg.env, **kw)
+
+
+def resolve_layout(cfg: TrainConfig, env: Any) -> str:
+    if cfg.context != "auto":
+        return cfg.context
+    return getattr(env, "context", None) or ("trajectory" if getattr(env, "name", cfg.env) in TRAJECTORY_ENVS else "turn")
+
+
+def open_collector(cfg: TrainConfig) -> Any:
+    import arldiag
+
+    if cfg.algo in SEQUENCE_CLIP_ALGOS:
+        seq_clip = (cfg.clip_low, cfg.clip_high)
+    else:
+        # Token-level losses have no sequence band of their own, and tolerant ones (CISPO eps_low = 1, SAPO) have
+        # no lower bound at all, so "sequence ratio below 1 - eps_low" would never hold. Diagnose their sequences
+        # against the standard GRPO band instead (ARLArena's negative-advantage low-IS set).
+        seq_clip = (min(cfg.clip_low, 0.2), min(cfg.clip_high, 0.28))
+    config = dataclasses.asdict(cfg)
+    config["nalis_mask"] = cfg.resolved_nalis_mask()
+    return arldiag.Collector(cfg.out, config=config, clip=(cfg.clip_low, cfg.clip_high), seq_clip=seq_clip,
+                             name=cfg.name or cfg.out.rstrip("/").split("/")[-1], algorithm=cfg.algo,
+                             token_sample_rate=cfg.token_sample_rate, neg_adv_delta=cfg.nalis_delta)
+
+
+# --- rewards and advantages ------------------------------------------------------------------------------------------
+def turn_rewards(ep: Episode, format_penalty: float) -> np.ndarray:
+    """r_t = env reward - format_penalty for an invalid response (the env's own -0.1 is already inside)."""
+    return np.array([t.reward - (format_penalty if not t.valid else 0.0) for t in ep.turns], dtype=np.float64)
+
+
+def episode_advantages(episodes: list[Episode], cfg: TrainConfig) -> tuple[list[np.ndarray], np.ndarray]:
+    """Per episode, the advantage of each turn; and the episode returns R."""
+    rewards = [turn_rewards(ep, cfg.format_penalty) for ep in episodes]
+    returns = np.array([r.sum() for r in rewards])
+    groups = np.array([ep.group_index for ep in episodes])
+    a_episode = grpo_advantages(returns, groups)  # [N]
+    if cfg.adv_estimator == "grpo":
+        return [np.full(len(ep.turns), a_episode[e]) for e, ep in enumerate(episodes)], returns
+    # GiGPO: step-samples of a group clustered by anchor observation; discounted returns z-scored per cluster
+    step_returns, step_groups, anchors, owner = [], [], [], []
+    for e, ep in enumerate(episodes):
+        g = discounted_returns(rewards[e], cfg.gamma)
+        for k, t in enumerate(ep.turns):
+            step_returns.append(g[k])
+            step_groups.append(ep.group_index)
+            anchors.append(t.anchor)
+            owner.append((e, k))
+    a_step = gigpo_step_advantages(np.array(step_returns), np.array(step_groups), anchors)
+    out = [np.full(len(ep.turns), a_episode[e]) for e, ep in enumerate(episodes)]
+    for (e, k), a in zip(owner, a_step):
+        out[e][k] += cfg.omega * a
+    return out, returns
+
+
+def batch_advantages(batch: Batch, per_turn: list[np.ndarray]) -> torch.Tensor:
+    """Token advantages [B, W]: each window token gets the advantage of its turn."""
+    B, W = batch.token_ids.shape
+    adv = torch.zeros((B, W), dtype=torch.float32)
+    turns = batch.turn_ids.numpy()
+    for b in range(B):
+        a = per_turn[batch.episode_index[b]]
+        adv[b] = torch.as_tensor(a[np.minimum(turns[b], len(a) - 1)], dtype=torch.float32)
+    return adv
+
+
+# --- model helpers ------------------------------------------------------------------------------------------------------
+def _trim(batch: Batch, idx: np.ndarray) -> tuple[slice, slice, int]:
+    """Columns of the sub-batch that hold any token: (input column slice, window column slice, start)."""
+    attn = batch.attention_mask[idx]
+    cols = torch.nonzero(attn.any(0)).squeeze(-1)
+    c0 = min(int(cols[0]), batch.start - 1) if len(cols) else batch.start - 1
+    c1 = max(int(cols[-1]) + 1, batch.start + 1) if len(cols) else batch.start + 1
+    return slice(c0, c1), slice(0, c1 - batch.start), batch.start - c0
+
+
+def recompute_logp(model: Any, batch: Batch, idx: np.ndarray, cfg: TrainConfig, chunk: int = 256) -> torch.Tensor:
+    """Window log-probs [len(idx), W] of ``model`` without gradient, in chunks."""
+    W = batch.token_ids.shape[1]
+    out = torch.zeros((len(idx), W), dtype=torch.float32)
+    with torch.no_grad():
+        for s in range(0, len(idx), chunk):
+            sub = idx[s:s + chunk]
+            cols, wcols, start = _trim(batch, sub)
+            ids = batch.input_ids[sub][:, cols].to(cfg.device)
+            attn = batch.attention_mask[sub][:, cols].to(cfg.device)
+            logp, _ = window_logprobs(model, ids, attn, start, cfg.temperature)
+            out[s:s + len(sub), wcols] = logp.float().cpu()
+    return out
+
+
+def setup_policy(cfg: TrainConfig, env_factory: Callable[[], Any], layout: str, max_turns: int,
+                 log: Callable[[str], None]) -> tuple[Any, TokenCodec]:
+    if cfg.init not in ("bc", "scratch"):
+        model, codec = load_pretrained(cfg.init)  # a checkpoint folder (save_pretrained) with its tokenizer
+        return model.to(device=cfg.device, dtype=torch.float32), codec
+    from arldiag.trainer.bc import load_or_train_bc, solver_texts
+
+    probe = env_factory()
+    vocabulary = list(probe.vocabulary())
+    merge_corpus = [resp for ep in solver_texts(env_factory, MERGE_DEMO_EPISODES, 12345, max_turns) for _, resp, _, _ in ep]
+    model, codec = build_policy(cfg, vocabulary, merge_corpus)
+    if cfg.init == "bc":
+        load_or_train_bc(model, codec, cfg, env_factory, vocabulary, layout, max_turns, log=log)
+    return model, codec
+
+
+# --- the loop -------------------------------------------------------------------------------------------------------------
+def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, collector: Any = None,
+          log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Train with ``cfg``; returns {"history": [step metrics...], "wall_s": ...}. ``collector`` defaults to an
+    arldiag.Collector writing to cfg.out (pass NullCollector() to record nothing)."""
+    cfg.validate()
+    t_start = time.perf_counter()
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    env_factory = env_factory or make_env_factory(cfg)
+    probe = env_factory()
+    layout = resolve_layout(cfg, probe)
+    max_turns = min(int(probe.max_turns), cfg.max_turns or int(probe.max_turns))
+
+    model, codec = setup_policy(cfg, env_factory, layout, max_turns, log)
+    model.eval()  # no dropout: logp_old must equal the policy that sampled
+    reference = copy.deepcopy(model).requires_grad_(False)
+    rollout_dtype = DTYPES[cfg.rollout_dtype]
+    sampler = model if rollout_dtype == torch.float32 else copy.deepcopy(model).to(rollout_dtype).requires_grad_(False)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    envs = [env_factory() for _ in range(cfg.n_tasks * cfg.group_size)]
+    params = [p for p in model.parameters() if p.requires_grad]
+    use_nalis = cfg.resolved_nalis_mask()
+
+    history: list[dict[str, float]] = []
+    next_sample_id = 0
+    col = collector if collector is not None else open_collector(cfg)
+    with col:
+        for step in range(cfg.steps):
+            t0 = time.perf_counter()
+            # 1. rollout ------------------------------------------------------------------------------------------
+            if sampler is not model:
+                sampler.load_state_dict(model.state_dict())  # cast into the sampler's precision
+            task_ids, group_index = step_task_ids(rng, cfg.n_tasks, cfg.group_size)
+            episodes = run_episodes(sampler, envs, task_ids, group_index, codec, layout=layout, max_turns=max_turns,
+                                    max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                                    retokenize_between_turns=cfg.retokenize, generator=generator, device=cfg.device)
+            t_rollout = time.perf_counter() - t0
+            # 2. rewards, advantages, filtering --------------------------------------------------------------------
+            per_turn_adv, returns = episode_advantages(episodes, cfg)
+            groups = np.array([ep.group_index for ep in episodes])
+            keep_episode = (dynamic_filter_keep(returns, groups, step, cfg.cold_start_steps) if cfg.dynamic_filter
+                            else np.ones(len(episodes), dtype=bool))
+            batch = build_batch(episodes, layout=layout, codec=codec)
+            advantages = batch_advantages(batch, per_turn_adv)  # [B, W]
+            B = batch.token_ids.shape[0]
+            sample_ids = np.arange(next_sample_id, next_sample_id + B, dtype=np.int64)
+            next_sample_id += B
+            ep_of = batch.episode_index
+            traj_ids = step * len(episodes) + ep_of
+            group_ids = step * cfg.n_tasks + groups[ep_of]
+            if layout == "turn":
+                turn_ids_rec: Any = batch.sample_turn
+                adv_rec: Any = advantages[:, 0]  # [B] one value per per-turn sample
+                valid = np.array([episodes[e].turns[k].valid for e, k in zip(ep_of, batch.sample_turn)])
+                truncated = np.array([episodes[e].turns[k].truncated for e, k in zip(ep_of, batch.sample_turn)])
+            else:
+                turn_ids_rec = batch.turn_ids
+                adv_rec = advantages
+                valid = np.array([all(t.valid for t in episodes[e].turns) for e in ep_of])
+                truncated = np.array([any(t.truncated for t in episodes[e].turns) for e in ep_of])
+            success = np.array([episodes[e].success for e in ep_of])
+            col.record_rollout(step, sample_ids=sample_ids, group_ids=group_ids, turn_ids=turn_ids_rec,
+                               token_ids=batch.rollout_ids, response_mask=batch.response_mask,
+                               logp_rollout=batch.logp_rollout, rewards=returns[ep_of].astype(np.float32),
+                               format_valid=valid, truncated=truncated, success=success, trajectory_ids=traj_ids,
+                               texts=None)
+            # 3. logp_old / logp_ref -----------------------------------------------------------------------------
+            t1 = time.perf_counter()
+            train_idx = np.nonzero(keep_episode[ep_of])[0]
+            update_stats: list[dict[str, float]] = []
+            if len(train_idx):
+                logp_old = recompute_logp(model, batch, train_idx, cfg)  # [n, W]
+                logp_ref = recompute_logp(reference, batch, train_idx, cfg)  # [n, W]
+                pos = {int(b): i for i, b in enumerate(train_idx)}
+                # 4. updates ---------------------------------------------------------------------------------------
+                update = 0
+                for epoch in range(cfg.ppo_epochs):
+                    order = rng.permutation(train_idx)
+                    for mb in np.array_split(order, min(cfg.n_minibatches, len(order))):
+                        rows = np.array([pos[int(b)] for b in mb])
+                        cols, wcols, start = _trim(batch, mb)
+                        ids = batch.input_ids[mb][:, cols].to(cfg.device)
+                        attn = batch.attention_mask[mb][:, cols].to(cfg.device)
+                        logp, entropy = window_logprobs(model, ids, attn, start, cfg.temperature, with_entropy=True)
+                        mask = batch.response_mask[mb][:, wcols].to(cfg.device)  # [b, w]
+                        lp_old = logp_old[rows][:, wcols].to(cfg.device)
+                        lp_ref = logp_ref[rows][:, wcols].to(cfg.device)
+                        adv = advantages[mb][:, wcols].to(cfg.device)
+                        turn_tok = batch.turn_ids[mb][:, wcols].to(cfg.device)
+                        loss, stats = policy_loss(cfg, logp, lp_old, adv, mask, logp_ref=lp_ref, turn_ids=turn_tok)
+                        optimizer.zero_grad(set_to_none=True)
+                        loss.backward()
+                        grad_norm = torch.nn.utils.clip_grad_norm_(
+                            params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
+                        finite = bool(torch.isfinite(loss)) and bool(torch.isfinite(grad_norm))
+                        if finite:
+                            optimizer.step()
+                        else:  # never apply a NaN/Inf update; the Collector reports the non-finite tokens
+                            log(f"step {step} update {update}: non-finite loss/grad, update skipped")
+                        stats["nonfinite_update"] = 0.0 if finite else 1.0
+                        with torch.no_grad():
+                            m = mask.sum().clamp_min(1.0)
+                            stats.update(loss=float(loss.detach()), grad_norm=float(grad_norm),
+                                         ppo_kl=float(((lp_old - logp.detach()) * mask).sum() / m),
+                                         kl_ref_k3=float((k3_kl(logp.detach(), lp_ref) * mask).sum() / m),
+                                         entropy=float((entropy * mask).sum() / m))
+                        update_stats.append(stats)
+                        col.record_update(step, update=update, logp=logp.detach(), logp_old=lp_old,
+                                          advantages=adv[:, 0] if layout == "turn" else adv, response_mask=mask,
+                                          logp_ref=lp_ref, logp_rollout=batch.logp_rollout[mb][:, wcols],
+                                          entropy=entropy, sample_ids=sample_ids[mb],
+                                          turn_ids=batch.sample_turn[mb] if layout == "turn" else turn_tok,
+                                          token_ids=batch.token_ids[mb][:, wcols])
+                        update += 1
+            t_update = time.perf_counter() - t1
+            # 5. step metrics -----------------------------------------------------------------------------------
+            metrics = step_metrics(episodes, batch, keep_episode, groups, update_stats, cfg, use_nalis)
+            metrics.update(rollout_s=t_rollout, update_s=t_update, step_s=time.perf_counter() - t0)
+            col.record_step(step, metrics=metrics)
+            history.append(metrics)
+            log(f"step {step:4d} success {metrics['success_rate']:.3f} valid {metrics['valid_format_ratio']:.3f} "
+                f"return {metrics['return_mean']:+.2f} len {metrics['episode_length']:.1f} "
+                f"grad {metrics['grad_norm']:.3f} kl_ref {metrics['kl_ref_k3']:.4f} ent {metrics['entropy']:.3f} "
+                f"nalis {metrics['nalis_masked_frac']:.3f} {metrics['step_s']:.1f}s")
+            if getattr(col, "should_stop", False):
+                log(f"collector asked to stop at step {step}")
+                break
+    if cfg.save_model:
+        import os
+
+        folder = os.path.join(cfg.out, "model")
+        model.save_pretrained(folder)
+        codec.tokenizer.save_pretrained(folder)
+    return {"history": history, "wall_s": time.perf_counter() - t_start, "layout": layout}
+
+
+def step_metrics(episodes: list[Episode], batch: Batch, keep_episode: np.ndarray, groups: np.ndarray,
+                 update_stats: list[dict[str, float]], cfg: TrainConfig, use_nalis: bool) -> dict[str, float]:
+    turns = [t for ep in episodes for t in ep.turns]
+
+    def mean_of(key: str) -> float:
+        vals = [s[key] for s in update_stats if key in s]
+        return float(np.mean(vals)) if vals else float("nan")
+
+    n_groups = len(np.unique(groups))
+    kept_groups = len(np.unique(groups[keep_episode])) if keep_episode.any() else 0
+    resp_tokens = float(sum(len(t.sampled_ids) for t in turns))
+    out = {
+        "success_rate": float(np.mean([ep.success for ep in episodes])),
+        "valid_format_ratio": float(np.mean([t.valid for t in turns])) if turns else float("nan"),
+        "return_mean": float(np.mean([sum(turn_rewards(ep, cfg.format_penalty)) for ep in episodes])),
+        "episode_length": float(np.mean([len(ep.turns) for ep in episodes])),
+        "truncated_frac": float(np.mean([t.truncated for t in turns])) if turns else float("nan"),
+        "response_length": resp_tokens / max(1, len(turns)),
+        "gen_tokens": resp_tokens,
+        "lr": cfg.lr,
+        "loss": mean_of("loss"),
+        "pg_loss": mean_of("pg_loss"),
+        "grad_norm": mean_of("grad_norm"),
+        "grad_norm_max": float(max((s["grad_norm"] for s in update_stats), default=float("nan"))),
+        "ppo_kl": mean_of("ppo_kl"),
+        "kl_ref_k3": mean_of("kl_ref_k3"),
+        "entropy": mean_of("entropy"),
+        "ratio_mean": mean_of("ratio_mean"),
+        "clipfrac_low": mean_of("clipfrac_low"),
+        "clipfrac_high": mean_of("clipfrac_high"),
+        "nalis_masked_frac": mean_of("nalis_masked_frac") if use_nalis else 0.0,
+        "filtered_groups_frac": 1.0 - kept_groups / max(1, n_groups),
+        "n_samples": float(batch.token_ids.shape[0]),
+        "n_updates": float(len(update_stats)),
+        "nonfinite_updates": float(sum(s.get("nonfinite_update", 0.0) for s in update_stats)),
+    }
+    return out

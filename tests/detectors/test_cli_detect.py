@@ -1,0 +1,124 @@
+"""CLI: detect (JSON, --fail-on exit codes), eval-detect (label and lead time), watch (resumable)."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import arldiag
+from arldiag.cli import main
+from arldiag.detectors.label import series_collapse_index
+from arldiag.findings import findings_from_json
+
+
+def test_detect_json_and_fail_on(synth_runs, capsys):
+    healthy, collapse = synth_runs["healthy"][0], synth_runs["collapse"][0]
+    assert main(["detect", str(healthy), "--fail-on", "warning"]) == 0
+    capsys.readouterr()
+    assert main(["detect", str(collapse), "--json", "--fail-on", "critical"]) == 1
+    fs = findings_from_json(capsys.readouterr().out)
+    assert {f.detector for f in fs if f.severity == "critical"} >= {"neg_adv_low_is"}
+    assert main(["detect", str(collapse), "--detectors", "nonfinite", "--fail-on", "warning"]) == 0
+    capsys.readouterr()
+    assert main(["detect", str(collapse), "--all"]) == 0
+    assert "quiet" in capsys.readouterr().out
+
+
+def test_eval_detect(synth_runs, capsys, tmp_path):
+    root = tmp_path / "runs"
+    for k in ("healthy", "collapse"):
+        shutil.copytree(synth_runs[k][0], root / k)
+    assert main(["eval-detect", str(root), "--json", "--check"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    rows = {r["run"]: r for r in res["runs"]}
+    # the label, recomputed independently from the stored success rate with numpy
+    sr = arldiag.open_run(root / "collapse").sql("select step, success_rate from steps order by step").df()
+    m = np.array([sr.success_rate[max(0, i - 9):i + 1].mean() for i in range(len(sr))])
+    peak = np.maximum.accumulate(np.where(np.arange(len(m)) >= 2, m, -np.inf))  # from the third step on
+    below = m < 0.5 * peak
+    t = len(below) - np.argmax(~below[::-1])  # start of the final all-below stretch
+    y = sr.success_rate.to_numpy()
+    while y[t - 1] < 0.5 * peak[t - 1]:  # back over raw values already below (the trailing mean lags)
+        t -= 1
+    assert rows["collapse"]["collapse_step"] == int(sr.step[t]) == int(sr.step[series_collapse_index(
+        sr.success_rate.to_numpy())])
+    r = rows["collapse"]
+    assert r["lead_time"] == r["collapse_step"] - r["first_warning_step"] >= 10 and r["pass"]
+    assert rows["healthy"]["collapse_step"] is None and rows["healthy"]["false_alarms"] == 0
+    assert res["summary"]["all_pass"] and res["summary"]["collapsing_warned_in_time"] == 1
+    assert main(["eval-detect", str(root)]) == 0
+    assert "median lead" in capsys.readouterr().out
+
+
+def _watch_alerts(path):
+    run = arldiag.open_run(path)
+    return run.sql("select step, detector, severity, state from alerts where source = 'watch' "
+                   "order by step, detector, severity").fetchall()
+
+
+def test_watch_resumes_without_duplicates(tmp_path, capsys):
+    from _synth_runs import write_run
+
+    full, part = tmp_path / "full", tmp_path / "part"
+    write_run(full, "collapse")
+    assert main(["watch", str(full), "--once"]) == 0
+    expected = _watch_alerts(full)
+    assert expected
+    # the same run written in two phases, watched after each
+    write_run(part, "collapse", only_steps=range(0, 60), name="full")
+    assert main(["watch", str(part), "--once", "--interval", "0.1"]) == 0
+    state = json.loads((part / ".arldiag-watch.json").read_text())
+    assert state["last_step"] == 59
+    write_run(part, "collapse", only_steps=range(60, 130), name="full")
+    assert main(["watch", str(part), "--once"]) == 0
+    assert "evaluated 70 new steps" in capsys.readouterr().out
+    assert _watch_alerts(part) == expected
+    # without the state file the position comes from the alerts table (last watch alert at step 118): steps
+    # 119-129 are evaluated again, and since they raised nothing before they raise nothing now
+    (part / ".arldiag-watch.json").unlink()
+    assert main(["watch", str(part), "--once"]) == 0
+    cap = capsys.readouterr()
+    assert f"evaluated {129 - expected[-1][0]} new steps" in cap.out and "step" not in cap.err
+    assert _watch_alerts(part) == expected
+
+
+def test_watch_bounded_by_max_seconds(synth_runs, tmp_path, capsys):
+    from _synth_runs import write_run
+
+    p = tmp_path / "live"
+    write_run(p, "healthy", n_steps=30)
+    m = json.loads((p / "run.json").read_text())
+    m["status"] = "running"  # pretend the trainer is still writing
+    (p / "run.json").write_text(json.dumps(m))
+    assert main(["watch", str(p), "--interval", "0.05", "--max-seconds", "0.3", "--no-store"]) == 0
+    assert "evaluated 30 new steps" in capsys.readouterr().out
+    assert not (p / ".arldiag-watch.json").exists()  # --no-store is read-only
+    with pytest.raises(ValueError, match="interval"):
+        main(["watch", str(p), "--interval", "0"])
+
+
+def test_eval_episodes_and_alarm_gap(monkeypatch):
+    import pandas as pd
+
+    import arldiag.detectors as det
+    from arldiag.commands import eval_detect
+
+    steps = list(range(12))
+    states = ["ok", "warning", "warning", "ok", "watch", "critical", "ok", "ok", "warning", "critical", "critical",
+              "critical"]
+    assert eval_detect.episodes(steps, states) == [(1, 3), (5, 6), (8, None)]
+
+    class FakeRun:  # evaluate() only needs the names; the two batch functions are patched
+        names = ["r"]
+
+    tl = pd.DataFrame({"run": "r", "step": steps, "risk": 0.6, "state": states, "top": "x"})
+    monkeypatch.setattr(det, "alert_timeline", lambda run: tl)
+    monkeypatch.setattr(det, "collapse_step", lambda run: {"r": 11})
+    # collapse at 11, alarm gap 6: the episode that cleared at step 3 (<= 11 - 6) is a false alarm; the one that
+    # cleared at 6 is build-up, so the first warning is step 5 and the lead time 6
+    r = eval_detect.evaluate(FakeRun(), min_lead=6, alarm_gap=6)["runs"][0]
+    assert (r["false_alarms"], r["first_warning_step"], r["lead_time"], r["pass"]) == (1, 5, 6, True)
+    assert r["elevated_from_step"] == 4  # the watch at step 4 precedes the critical at 5
+    monkeypatch.setattr(det, "collapse_step", lambda run: {"r": None})
+    r = eval_detect.evaluate(FakeRun())["runs"][0]
+    assert (r["false_alarms"], r["first_warning_step"], r["pass"]) == (3, 1, False)
