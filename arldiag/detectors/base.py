@@ -76,3 +76,13 @@ class Detector:
     def evaluate(self, window: "Window", state: dict) -> "Signal | None":
         return self.rule(window, state, self.params)
 
+
+
+def strongest(parts: list[tuple[int, float, str, str]]) -> Signal | None:
+    """Combine a rule's sub-signals ``(level, value, metric, note)``: the highest level gives the headline value
+    and metric (the earlier part wins a tie), and the notes of every firing part are kept."""
+    firing = [part for part in parts if part[0]]
+    if not firing:
+        return None
+    level, value, metric, _ = max(firing, key=lambda part: part[0])
+    return Signal(level, value, metric, "; ".join(part[3] for part in firing))

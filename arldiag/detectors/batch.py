@@ -88,7 +88,8 @@ def _top_sequences(run, name: str, d: Detector, lo: int, hi: int) -> list[dict] 
     text = ", left(text, 300) as text" if "text" in have else ""
     sql = (f"select {', '.join(cols)}{text}, ({d.evidence_sql})::DOUBLE as score from sequences "
            f"where run = {_q(name)} and step between {int(lo)} and {int(hi)} and ({d.evidence_where}) "
-           f"order by score desc nulls last limit {TOP_SEQUENCES}")
+           # the key columns break ties, so the same run always gives the same evidence
+           f"order by score desc nulls last, step, update, rank, sample_id limit {TOP_SEQUENCES}")
     try:
         rows = run.sql(sql).df().to_dict("records")
     except Exception as e:  # a column the expression needs is missing in this run
@@ -107,7 +108,7 @@ def _top_tokens(run, name: str, d: Detector, lo: int, hi: int) -> list[dict] | s
         cols = [c for c in _TOK_COLUMNS if c in have]
         sql = (f"select {', '.join(cols)}, ({d.token_evidence_sql})::DOUBLE as score from tokens "
                f"where run = {_q(name)} and step between {int(lo)} and {int(hi)} "
-               f"order by score desc nulls last limit {TOP_SEQUENCES}")
+               f"order by score desc nulls last, step, update, rank, sample_id, pos limit {TOP_SEQUENCES}")
         rows = run.sql(sql).df().to_dict("records")
     except Exception as e:  # no tokens table, or a column the expression needs is missing
         return f"top tokens unavailable: {e}"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from arldiag.detectors.base import Detector, Signal
+from arldiag.detectors.base import Detector, Signal, strongest
 from arldiag.detectors.window import early_baseline, first_available, grade_above, tail_mean
 
 
@@ -48,25 +48,17 @@ MISMATCH_DRIFT = Detector(
 
 
 def retok_drift_rule(w, state, p) -> Signal | None:
-    lv, notes, value, metric = 0, [], math.nan, "retok_mismatch_frac"
+    parts = []
     fr = tail_mean(w.series("retok_mismatch_frac"), p["smooth"])
     if math.isfinite(fr):
-        lv = grade_above(fr, p["frac_levels"])
-        value = fr
-        if lv:
-            notes.append(f"{fr:.2%} of tokens differ between rollout and trainer ids")
+        parts.append((grade_above(fr, p["frac_levels"]), fr, "retok_mismatch_frac",
+                      f"{fr:.2%} of tokens differ between rollout and trainer ids"))
     # isolated huge |lp_roll - lp_old| tokens while the bulk mismatch is small: the AT2PO retokenization signature
     mx, k3 = w.last("mismatch_log_abs_max"), w.last("mismatch_k3")
     if math.isfinite(mx) and (not math.isfinite(k3) or k3 < p["bulk_k3_max"]):
-        li = grade_above(mx, p["isolated_levels"])
-        if li:
-            notes.append(f"isolated token with |lp_old - lp_roll| = {mx:.1f} nats while mismatch_k3 is small")
-            if li > lv:
-                value, metric = mx, "mismatch_log_abs_max"
-            lv = max(lv, li)
-    if not lv:
-        return None
-    return Signal(lv, value, metric, "; ".join(notes))
+        parts.append((grade_above(mx, p["isolated_levels"]), mx, "mismatch_log_abs_max",
+                      f"isolated token with |lp_old - lp_roll| = {mx:.1f} nats while mismatch_k3 is small"))
+    return strongest(parts)
 
 
 RETOK_DRIFT = Detector(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from arldiag.detectors.base import Detector, Signal
+from arldiag.detectors.base import Detector, Signal, strongest
 from arldiag.detectors.window import (count_finite, early_baseline, first_available, grade_above, grade_below,
                                       running_max, running_min, tail_mean)
 
@@ -77,29 +77,20 @@ ZERO_STD_GROUPS = Detector(
 
 
 def length_growth_rule(w, state, p) -> Signal | None:
-    lv, notes, value, metric = 0, [], math.nan, "response_length_mean"
+    parts = []
     x = w.series("response_length_mean")
     cur = tail_mean(x, p["smooth"])
     base = early_baseline(state, "len", x[-1] if x.size else math.nan, p["baseline_steps"])
     if math.isfinite(cur) and math.isfinite(base) and base > 0:
-        lv = grade_above(cur / base, p["ratio_levels"])
-        value = cur
-        if lv:
-            notes.append(f"mean response length {cur:.0f} = {cur / base:.1f}x its early level")
+        parts.append((grade_above(cur / base, p["ratio_levels"]), cur, "response_length_mean",
+                      f"mean response length {cur:.0f} = {cur / base:.1f}x its early level"))
     t = w.series("truncated_frac")
     tr = tail_mean(t, p["smooth"])
     n_tr = count_finite(state, "n_trunc", t[-1])
     tr_low = running_min(state, "trunc_min", tr) if n_tr >= p["smooth"] else math.nan
     if n_tr >= p["warmup"] and math.isfinite(tr) and math.isfinite(tr_low) and tr - tr_low >= p["trunc_min_rise"]:
-        lt = grade_above(tr, p["trunc_levels"])
-        if lt:
-            notes.append(f"{tr:.0%} of responses truncated")
-            if lt > lv:
-                value, metric = tr, "truncated_frac"
-            lv = max(lv, lt)
-    if not lv:
-        return None
-    return Signal(lv, value, metric, "; ".join(notes))
+        parts.append((grade_above(tr, p["trunc_levels"]), tr, "truncated_frac", f"{tr:.0%} of responses truncated"))
+    return strongest(parts)
 
 
 LENGTH_GROWTH = Detector(
