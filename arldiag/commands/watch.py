@@ -77,7 +77,6 @@ class Watcher:
         ev = self.monitor.evaluator
         have = set(self.run.columns("steps"))
         cols = ["step"] + [c for c in ev.window.columns if c in have and c != "step"]
-        cols += [c for c in have if c.startswith("user/")]
         lit = "'" + self.name.replace("'", "''") + "'"
         after = -1 if ev.last_step is None else ev.last_step
         sel = ", ".join('"' + c + '"' for c in dict.fromkeys(cols))
@@ -87,9 +86,6 @@ class Watcher:
         world = int(self.run.manifests.get(self.name, {}).get("world_size", 1) or 1)
         if world > 1 and not self.finished():
             df = df[df["step"] < df["step"].max()]
-        for c in [c for c in df.columns if c.startswith("user/")]:
-            base = c[len("user/"):]
-            df[base] = df[c].where(df[c].notna(), df[base]) if base in df.columns else df[c]
         n = 0
         for rec in df.to_dict("records"):
             step = int(rec["step"])

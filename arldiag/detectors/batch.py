@@ -50,11 +50,9 @@ class RunEvaluation:
 
 
 def evaluate_run(run, name: str, names=None, risk: RiskConfig | None = None) -> RunEvaluation:
+    # A user metric named like a derived one already fills it in the steps view where arldiag recorded nothing,
+    # exactly as the Collector does online, so both evaluators see the same series.
     df = steps_frame(run, name)
-    for c in [c for c in df.columns if c.startswith("user/")]:
-        # online, a user metric named like a derived one wins (Collector contract); the steps view keeps both
-        base = c[len("user/"):]
-        df[base] = df[c].where(df[c].notna(), df[base]) if base in df.columns else df[c]
     ev = Evaluator(names, risk=risk)
     cols = [c for c in ev.window.columns if c in df.columns]
     timeline = []
