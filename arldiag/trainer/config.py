@@ -79,6 +79,9 @@ class TrainConfig:
     # --- logging ---------------------------------------------------------------------------------------------------
     token_sample_rate: float = _f(0.05, "fraction of token rows the Collector keeps (sequence/step tables are complete)")
     save_model: bool = _f(False, "save the final policy under OUT/model")
+    monitor: str = _f("off", "online collapse alerts while training: off | alert (console + the run's alerts table) "
+                             "| stop (also stop the run when the alert state turns critical)",
+                      ("off", "alert", "stop"))
 
     def resolved_nalis_mask(self) -> bool:
         return (self.algo == "sampo") if self.nalis_mask is None else bool(self.nalis_mask)

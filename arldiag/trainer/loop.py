@@ -77,9 +77,13 @@ def open_collector(cfg: TrainConfig) -> Any:
         seq_clip = (min(cfg.clip_low, 0.2), min(cfg.clip_high, 0.28))
     config = dataclasses.asdict(cfg)
     config["nalis_mask"] = cfg.resolved_nalis_mask()
+    monitor = None
+    if cfg.monitor != "off":  # the same detectors as `arldiag detect`, evaluated as each step completes
+        monitor = arldiag.Monitor(sinks=("console", "store"), stop_on="critical" if cfg.monitor == "stop" else None)
     return arldiag.Collector(cfg.out, config=config, clip=(cfg.clip_low, cfg.clip_high), seq_clip=seq_clip,
                              name=cfg.name or cfg.out.rstrip("/").split("/")[-1], algorithm=cfg.algo,
-                             token_sample_rate=cfg.token_sample_rate, neg_adv_delta=cfg.nalis_delta)
+                             token_sample_rate=cfg.token_sample_rate, neg_adv_delta=cfg.nalis_delta,
+                             monitor=monitor)
 
 
 # --- rewards and advantages ------------------------------------------------------------------------------------------

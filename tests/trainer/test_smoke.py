@@ -68,3 +68,28 @@ def test_saved_policy_loads_from_a_local_path(tmp_path, toy_factory):
                        **dict(TINY, steps=1))
     assert len(train(cfg3, env_factory=toy_factory, collector=NullCollector(), log=lambda s: None)["history"]) == 1
     assert isinstance(next(model.parameters()), torch.Tensor)
+
+
+@pytest.mark.parametrize("mode,stop_on", [("off", "none"), ("alert", None), ("stop", "critical")])
+def test_monitor_knob_attaches_the_online_monitor(mode, stop_on, tmp_path):
+    from arldiag.trainer.loop import open_collector
+
+    cfg = make_config("cispo", env="toy", out=str(tmp_path / mode), init="scratch", monitor=mode, **TINY)
+    col = open_collector(cfg)
+    try:
+        if mode == "off":
+            assert col.monitor is None
+        else:
+            assert col.monitor.stop_on == stop_on and col.monitor.collector is col
+    finally:
+        col.close()
+
+
+def test_training_with_the_monitor_on(tmp_path, toy_factory):
+    cfg = make_config("cispo", env="toy", out=str(tmp_path / "m"), init="scratch", monitor="stop", **TINY)
+    result = train(cfg, env_factory=toy_factory, log=lambda s: None)
+    assert len(result["history"]) == 3  # three quiet steps: nothing reaches critical, so no stop
+    import arldiag
+
+    run = arldiag.open_run(str(tmp_path / "m"))
+    assert run.count("steps") == 3 and "severity" in run.columns("alerts")
