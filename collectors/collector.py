@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from arldiag import __version__
-from arldiag.schema import (ALERTS, GROUPS, SCHEMA_VERSION, SEQUENCES, STEP_AGGS, TOKENS, TURNS,
+from arldiag.schema import (GROUPS, SCHEMA_VERSION, SEQUENCES, STEP_AGGS, TOKENS, TURNS,
                             USER_METRIC_PREFIX, arrow_schema, derive_step_metrics)
 from arldiag.stats import Bands, UpdateInputs, compute_update, splitmix_unit, top_share
 from arldiag.store.writer import StoreWriter, write_json_atomic

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from arldiag.nested import flatten
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="CSV (header row) or JSONL (one JSON object per line) of step metrics")
@@ -48,17 +50,6 @@ def known_names() -> dict[str, str]:
         if tool in ("verl", "TRL") and name and " " not in name:
             out[name] = m.name
     return {**out, **EXTRA_NAMES}
-
-
-def flatten(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in obj.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping):
-            out.update(flatten(v, key + "/"))
-        else:
-            out[key] = v
-    return out
 
 
 def as_number(v: Any) -> float | None:
@@ -97,7 +88,7 @@ def read_rows(path: Path, fmt: str) -> Iterator[tuple[int, dict[str, Any]]]:
                     raise ValueError(f"file: line {i} is not valid JSON ({exc.msg})") from None
                 if not isinstance(obj, dict):
                     raise ValueError(f"file: line {i} is not a JSON object")
-                yield i, flatten(obj)
+                yield i, flatten(obj, "/")
 
 
 def load_steps(path: Path, fmt: str, step_column: str, rename: Mapping[str, str]

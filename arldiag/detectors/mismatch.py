@@ -4,7 +4,8 @@ from __future__ import annotations
 import math
 
 from arldiag.detectors.base import Detector, Signal, strongest
-from arldiag.detectors.window import early_baseline, first_available, grade_above, tail_mean
+from arldiag.detectors.window import (early_baseline, first_available, grade_above, growth_gated_level,
+                                      tail_mean)
 
 
 def mismatch_drift_rule(w, state, p) -> Signal | None:
@@ -17,8 +18,7 @@ def mismatch_drift_rule(w, state, p) -> Signal | None:
     if not (math.isfinite(cur) and math.isfinite(base)) or cur < p["min_value"]:
         return None
     # a constant engine/trainer offset (precision, kernels) is a known bias, not drift: only growth counts
-    ratio = cur / max(base, p["floor"])
-    lv = grade_above(cur, p["abs_levels"]) if ratio >= p["min_growth"] else 0
+    lv, ratio = growth_gated_level(cur, base, p, "abs_levels")
     lv = max(lv, grade_above(ratio, p["ratio_levels"]))
     if not lv:
         return None

@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 
 from arldiag.detectors.base import Detector, Signal
-from arldiag.detectors.window import early_baseline, first_available, grade_above, slope, tail_mean
+from arldiag.detectors.window import (early_baseline, first_available, grade_above, growth_gated_level, slope,
+                                      tail_mean)
 
 
 def _nalis_level(w, state, p, col: str):
@@ -24,8 +25,7 @@ def _nalis_level(w, state, p, col: str):
         return 0, level_now, math.nan, share
     # accumulation is growth: with a tight sequence band (GSPO eps 3e-3) a stable run can sit at a high constant
     # fraction, so the absolute level counts only once the fraction has grown past min_growth x its early level
-    ratio = level_now / max(base, p["floor"])
-    lv = grade_above(level_now, p["frac_levels"]) if ratio >= p["min_growth"] else 0
+    lv, ratio = growth_gated_level(level_now, base, p, "frac_levels")
     if slope(x, p["trend_steps"]) > 0:
         lv = max(lv, grade_above(ratio, p["ratio_levels"]))
     share_jump = (math.isfinite(share) and share >= p["kl_share_min"]
@@ -81,8 +81,7 @@ def clip_pressure_rule(w, state, p) -> Signal | None:
     if not (math.isfinite(cur) and math.isfinite(base)):
         return None
     # with a tight token band (GSPO/ATPO eps 3e-3) most tokens sit outside it in a stable run: only growth counts
-    ratio = cur / max(base, p["floor"])
-    lv = grade_above(cur, p["abs_levels"]) if ratio >= p["min_growth"] else 0
+    lv, ratio = growth_gated_level(cur, base, p, "abs_levels")
     lv = max(lv, grade_above(ratio, p["ratio_levels"]))
     if not lv:
         return None

@@ -97,6 +97,14 @@ def grade_above(v: float, thresholds) -> int:
     return sum(1 for t in thresholds if v >= t)
 
 
+def growth_gated_level(cur: float, base: float, p, levels: str) -> tuple[int, float]:
+    """(level, ratio): ``grade_above(cur, p[levels])``, counted only once ``cur`` has grown past
+    ``p["min_growth"]`` x its early baseline (floored at ``p["floor"]``). A tight band or a constant engine/trainer
+    offset can hold a stable run at a high constant value: only growth is a precursor."""
+    ratio = cur / max(base, p["floor"])
+    return (grade_above(cur, p[levels]) if ratio >= p["min_growth"] else 0), ratio
+
+
 def grade_below(v: float, thresholds) -> int:
     """0..3: how many of the descending thresholds (watch, warning, critical) v has fallen to or under."""
     if not math.isfinite(v):

@@ -11,27 +11,16 @@ import numpy as np
 import pandas as pd
 
 from arldiag.findings import Finding
+from arldiag.nested import flatten
 from arldiag.report.data import series
 
 TOLERANT_ALGOS = ("cispo", "sapo")
 SEQUENCE_CLIP_ALGOS = ("gspo", "atpo", "sampo")
 
 
-def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested config dict -> {"a.b.c": value} (verl/hydra configs are nested)."""
-    out: dict[str, Any] = {}
-    for k, v in (d or {}).items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping):
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
 def config_value(config: Mapping[str, Any], aliases: Sequence[str]) -> Any:
     """First alias found in the flattened config, matched exactly or as the last dotted component(s)."""
-    flat = flatten(config)
+    flat = flatten(config, ".")  # verl/hydra configs are nested
     for a in aliases:
         if a in flat:
             return flat[a]

@@ -224,12 +224,10 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
             group_ids = step * cfg.n_tasks + groups[ep_of]
             if layout == "turn":
                 turn_ids_rec: Any = batch.sample_turn
-                adv_rec: Any = advantages[:, 0]  # [B] one value per per-turn sample
                 valid = np.array([episodes[e].turns[k].valid for e, k in zip(ep_of, batch.sample_turn)])
                 truncated = np.array([episodes[e].turns[k].truncated for e, k in zip(ep_of, batch.sample_turn)])
             else:
                 turn_ids_rec = batch.turn_ids
-                adv_rec = advantages
                 valid = np.array([all(t.valid for t in episodes[e].turns) for e in ep_of])
                 truncated = np.array([any(t.truncated for t in episodes[e].turns) for e in ep_of])
             success = np.array([episodes[e].success for e in ep_of])
