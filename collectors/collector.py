@@ -150,6 +150,7 @@ class Collector:
         self._aggs: dict[str, float] = {}
         self._updates: set[int] = set()
         self._seq_k3: list[np.ndarray] = []
+        self._user: dict[str, float] = {}  # metrics given to record_step for the current step
         self._rollout = _RolloutCache()
         self._steps_since_flush = 0
         self._closed = False
@@ -550,7 +551,7 @@ class Collector:
         aggs["n_updates"] = len(self._updates)
         if self._seq_k3:
             aggs["kl_top_share"] = top_share(np.concatenate(self._seq_k3))
-        user = getattr(self, "_user", {}) or {}
+        user = self._user
         row = {"step": step, "rank": self.rank, "time": _now_us()}
         row.update({a.name: aggs.get(a.name) for a in STEP_AGGS})
         row.update({USER_METRIC_PREFIX + k: v for k, v in user.items()})
