@@ -3,7 +3,7 @@
 # algorithm (and --nalis-mask for the masked CISPO run) differ. Runs go to sample_runs/<name>/, logs to <name>.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-COMMON=(--env sokoban --steps "${STEPS:-200}" --seed 0 --hidden-size 128 --n-tasks 4 --group-size 4
+COMMON=(--env sokoban --steps "${STEPS:-200}" --seed "${SEED:-0}" --hidden-size 128 --n-tasks 4 --group-size 4
         --lr "${LR:-1e-4}" --n-minibatches 8 --ppo-epochs 1 --token-sample-rate 0.02 --threads 1)
 run() {  # run NAME ALGO [extra options]; NAME gets ${SUFFIX} appended
   local name=$1${SUFFIX:-} algo=$2; shift 2

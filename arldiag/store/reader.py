@@ -63,6 +63,9 @@ def _resolve(paths: Iterable[str | os.PathLike]) -> list[Path]:
                 if not sub:
                     raise FileNotFoundError(f"{c} holds no run (no run.json found under it)")
                 found.extend(sub)
+            elif c.exists():
+                raise FileNotFoundError(f"run path {c} is not a run: a run is a directory holding run.json "
+                                        "(or a folder of such directories)")
             else:
                 raise FileNotFoundError(f"run path {c} does not exist")
     out, seen = [], set()

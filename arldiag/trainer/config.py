@@ -86,6 +86,16 @@ class TrainConfig:
     def resolved_nalis_mask(self) -> bool:
         return (self.algo == "sampo") if self.nalis_mask is None else bool(self.nalis_mask)
 
+    def injected_faults(self) -> dict[str, str]:
+        """{detector: why} for the faults this config plants on purpose. Stored in run.json (config.injected_faults)
+        so that `arldiag eval-detect` scores such a run by whether those detectors fire, not as a stable run."""
+        out = {}
+        if self.rollout_dtype != "float32":
+            out["mismatch_drift"] = f"the sampler runs in {self.rollout_dtype}, the trainer in float32"
+        if self.retokenize:
+            out["retok_drift"] = "sampled ids are decoded and re-encoded between turns"
+        return out
+
     def validate(self) -> "TrainConfig":
         for f in dataclasses.fields(self):
             choices = f.metadata.get("choices")

@@ -77,6 +77,7 @@ def open_collector(cfg: TrainConfig) -> Any:
         seq_clip = (min(cfg.clip_low, 0.2), min(cfg.clip_high, 0.28))
     config = dataclasses.asdict(cfg)
     config["nalis_mask"] = cfg.resolved_nalis_mask()
+    config["injected_faults"] = cfg.injected_faults()
     monitor = None
     if cfg.monitor != "off":  # the same detectors as `arldiag detect`, evaluated as each step completes
         monitor = arldiag.Monitor(sinks=("console", "store"), stop_on="critical" if cfg.monitor == "stop" else None)

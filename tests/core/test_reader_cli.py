@@ -58,6 +58,9 @@ def test_missing_run_is_a_clear_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="holds no run"):
         arldiag.open_run(tmp_path / "empty")
+    (tmp_path / "notes.md").write_text("x")
+    with pytest.raises(FileNotFoundError, match="notes.md is not a run: a run is a directory holding run.json"):
+        arldiag.open_run(tmp_path / "notes.md")
 
 
 def test_refresh_sees_a_growing_run(tmp_path):

@@ -97,28 +97,100 @@ def test_watch_bounded_by_max_seconds(synth_runs, tmp_path, capsys):
         main(["watch", str(p), "--interval", "0"])
 
 
-def test_eval_episodes_and_alarm_gap(monkeypatch):
-    import pandas as pd
+def _fake_eval(monkeypatch, states, collapse, levels=None, tops=None):
+    """Patch the two batch functions evaluate() uses: a given alert-state series and collapse label."""
+    from types import SimpleNamespace
 
     import arldiag.detectors as det
+
+    steps = list(range(len(states)))
+    tops = tops or ["x"] * len(states)
+    tracks = {d: SimpleNamespace(max_level=lv) for d, lv in (levels or {}).items()}
+    fake = SimpleNamespace(timeline=list(zip(steps, [0.6] * len(states), states, tops)),
+                           evaluator=SimpleNamespace(tracks=tracks))
+    monkeypatch.setattr(det, "evaluate_run", lambda run, name: fake)
+    monkeypatch.setattr(det, "collapse_step", lambda run: {"r": collapse})
+
+
+class _FakeRun:  # evaluate() needs only the names and the manifests; the batch functions are patched
+    names = ["r"]
+
+    def __init__(self, config=None):
+        self.manifests = {"r": {"config": config or {}}}
+
+
+def test_eval_episodes_and_alarm_gap(monkeypatch):
     from arldiag.commands import eval_detect
 
-    steps = list(range(12))
     states = ["ok", "warning", "warning", "ok", "watch", "critical", "ok", "ok", "warning", "critical", "critical",
               "critical"]
-    assert eval_detect.episodes(steps, states) == [(1, 3), (5, 6), (8, None)]
-
-    class FakeRun:  # evaluate() only needs the names; the two batch functions are patched
-        names = ["r"]
-
-    tl = pd.DataFrame({"run": "r", "step": steps, "risk": 0.6, "state": states, "top": "x"})
-    monkeypatch.setattr(det, "alert_timeline", lambda run: tl)
-    monkeypatch.setattr(det, "collapse_step", lambda run: {"r": 11})
+    assert eval_detect.episodes(list(range(12)), states) == [(1, 3), (5, 6), (8, None)]
+    _fake_eval(monkeypatch, states, 11)
     # collapse at 11, alarm gap 6: the episode that cleared at step 3 (<= 11 - 6) is a false alarm; the one that
     # cleared at 6 is build-up, so the first warning is step 5 and the lead time 6
-    r = eval_detect.evaluate(FakeRun(), min_lead=6, alarm_gap=6)["runs"][0]
-    assert (r["false_alarms"], r["first_warning_step"], r["lead_time"], r["pass"]) == (1, 5, 6, True)
+    r = eval_detect.evaluate(_FakeRun(), min_lead=6, alarm_gap=6)["runs"][0]
+    assert (r["kind"], r["false_alarms"], r["first_warning_step"], r["lead_time"], r["pass"]) == (
+        "collapse", 1, 5, 6, True)
     assert r["elevated_from_step"] == 4  # the watch at step 4 precedes the critical at 5
-    monkeypatch.setattr(det, "collapse_step", lambda run: {"r": None})
-    r = eval_detect.evaluate(FakeRun())["runs"][0]
-    assert (r["false_alarms"], r["first_warning_step"], r["pass"]) == (3, 1, False)
+    _fake_eval(monkeypatch, states, None)
+    r = eval_detect.evaluate(_FakeRun())["runs"][0]
+    assert (r["kind"], r["false_alarms"], r["first_warning_step"], r["pass"]) == ("stable", 3, 1, False)
+
+
+def test_eval_fault_runs(monkeypatch):
+    """A run with planted faults passes when those detectors reached warning; episodes led by others are false."""
+    from arldiag.commands import eval_detect
+
+    states = ["ok", "warning", "ok", "ok", "warning", "ok"]
+    faults = {"injected_faults": {"mismatch_drift": "bf16 sampler"}}
+    _fake_eval(monkeypatch, states, None, {"mismatch_drift": 2}, ["-", "mismatch_drift", "-", "-", "mismatch_drift",
+                                                                  "-"])
+    res = eval_detect.evaluate(_FakeRun(faults))
+    r = res["runs"][0]
+    assert (r["kind"], r["false_alarms"], r["first_warning_step"], r["pass"]) == ("fault", 0, 1, True)
+    assert r["injected_faults_fired"] == {"mismatch_drift": True} and res["summary"]["faults_flagged"] == 1
+    # an episode led by another detector is a false alarm; a planted fault that stayed at watch is not flagged
+    _fake_eval(monkeypatch, states, None, {"mismatch_drift": 2}, ["-", "mismatch_drift", "-", "-", "kl_ref_drift",
+                                                                  "-"])
+    assert eval_detect.evaluate(_FakeRun(faults))["runs"][0]["false_alarms"] == 1
+    _fake_eval(monkeypatch, ["ok"] * 6, None, {"mismatch_drift": 1})
+    r = eval_detect.evaluate(_FakeRun(faults))["runs"][0]
+    assert not r["pass"] and r["injected_faults_fired"] == {"mismatch_drift": False}
+    # the same series without planted faults is a stable run that passes
+    assert eval_detect.evaluate(_FakeRun())["runs"][0]["kind"] == "stable"
+
+
+def test_trainer_records_injected_faults():
+    from arldiag.trainer.config import TrainConfig
+
+    assert TrainConfig().injected_faults() == {}
+    f = TrainConfig(retokenize=True, rollout_dtype="bfloat16").injected_faults()
+    assert set(f) == {"mismatch_drift", "retok_drift"} and "bfloat16" in f["mismatch_drift"]
+
+
+def test_precursor_scan_matches_numpy():
+    import pandas as pd
+
+    from arldiag.commands.eval_detect import precursor_scan
+
+    rng = np.random.default_rng(3)
+    steps = np.arange(100)
+    moved = rng.normal(1.0, 0.1, 100)
+    moved[70:] += 0.5                       # shifts 20 steps before the collapse at 90
+    flat = rng.normal(0.0, 1.0, 100)
+    frame = pd.DataFrame({"step": steps, "moved": moved, "flat": flat, "const": 1.0, "name": "x",
+                          "gappy": pd.array([None] * 95 + [1.0] * 5, dtype="Float64")})
+    out = precursor_scan(frame, 90)
+    pre, ref = (steps >= 70) & (steps <= 80), (steps >= 30) & (steps < 70)
+    z = lambda x: (x[pre].mean() - x[ref].mean()) / (x[ref].std(ddof=1) / np.sqrt(pre.sum()))  # noqa: E731
+    assert [r["metric"] for r in out] == ["moved", "flat"]  # const has no spread, name is text, gappy too sparse
+    assert out[0]["z"] == pytest.approx(z(moved), abs=0.01) and out[0]["z"] > 10
+    assert out[1]["z"] == pytest.approx(z(flat), abs=0.01) and abs(out[1]["z"]) < 4
+    assert precursor_scan(frame, 15) == []  # no history before the lead window
+
+
+def test_eval_detect_precursors_cli(synth_runs, capsys):
+    assert main(["eval-detect", str(synth_runs["collapse"][0]), "--json", "--precursors", "3"]) == 0
+    r = json.loads(capsys.readouterr().out)["runs"][0]
+    assert r["collapsed"] and 1 <= len(r["precursors"]) <= 3
+    assert all(abs(a["z"]) >= abs(b["z"]) for a, b in zip(r["precursors"], r["precursors"][1:]))
