@@ -64,7 +64,9 @@ FIRING = {
                                               tok_oob_low_neg_frac=lambda r, k: 0.01 + 0.008 * k)),
     "ppo_kl_spike": lambda h: _after(h, _set(ppo_kl_k3=lambda r, k: 0.05 if k == 0 else r["ppo_kl_k3"])),
     "kl_ref_drift": lambda h: _after(h, _set(kl_ref_k3=lambda r, k: 0.008 * 1.3 ** min(k, 20))),
-    "kl_concentration": lambda h: _after(h, _set(kl_top1pct_share=lambda r, k: min(0.9, 0.08 + 0.05 * k))),
+    # the policy must move for concentration to matter: the step KL rises to 0.008 (min_kl 5e-3, below a spike)
+    "kl_concentration": lambda h: _after(h, _set(kl_top1pct_share=lambda r, k: min(0.9, 0.08 + 0.05 * k),
+                                                 ppo_kl_k3=lambda r, k: 0.008)),
     "entropy_collapse": lambda h: _after(h, _set(entropy=lambda r, k: max(0.02, 0.88 * 0.9 ** k),
                                                  cov_logp_adv=0.02)),
     "entropy_blowup": lambda h: _after(h, _set(entropy=lambda r, k: 0.88 * (1 + 0.1 * k))),

@@ -59,8 +59,11 @@ def test_grad_norm_spike_hand_worked():
     (f,) = ev.findings()
     assert (f.status, f.severity, f.first_step, f.steps) == ("fired", "warning", 20, [20])
     assert res[-1].signals["grad_norm_spike"].value == 20.0
-    # and the noisy-OR risk of one warning-level detector is its score 0.55 -> state warning
-    assert math.isclose(res[-1].risk, 0.55) and res[-1].state == "warning"
+    # the noisy-OR risk of one warning-level detector is its score 0.55; the state enters warning only when that
+    # risk holds on enter_steps = 2 steps in a row (the detector's own escalation still raises an alert at once)
+    assert math.isclose(res[-1].risk, 0.55) and res[-1].state == "ok" and res[-1].escalated == ["grad_norm_spike"]
+    ev, res = run_rows(["grad_norm_spike"], rows + [{"step": 21, "grad_norm": 24.0}])  # 12x: warning again
+    assert res[-1].signals["grad_norm_spike"].level == 2 and res[-1].state == "warning"
 
 
 def test_nonfinite_nan_grad_norm_after_finite():

@@ -51,7 +51,7 @@ def test_combine_risk_noisy_or():
 
 
 def test_hysteresis_hand_worked():
-    cfg = RiskConfig(enter=(0.25, 0.5, 0.8), exit_margin=0.1, exit_steps=3)
+    cfg = RiskConfig(enter=(0.25, 0.5, 0.8), exit_margin=0.1, exit_steps=3, enter_steps=1)
     st = AlertState(cfg)
     risks = [0.0, 0.6, 0.45, 0.45, 0.39, 0.39, 0.39, 0.0, 0.0, 0.0, 0.9, 0.1, 0.1]
     got = [["ok", "watch", "warning", "critical"][st.update(r)] for r in risks]
@@ -61,12 +61,25 @@ def test_hysteresis_hand_worked():
                    "critical", "critical", "critical"]
 
 
+def test_entry_needs_enter_steps_except_critical():
+    st = AlertState(RiskConfig(enter=(0.25, 0.5, 0.8), exit_margin=0.1, exit_steps=3, enter_steps=2))
+    risks = [0.6, 0.0, 0.6, 0.3, 0.6, 0.6, 0.3, 0.0, 0.9, 0.0]
+    got = [["ok", "watch", "warning", "critical"][st.update(r)] for r in risks]
+    # one step at warning level raises nothing; warning then watch-level risk enters watch (the highest level held
+    # on both steps); two warning-level steps in a row enter warning; two calm steps (< exit 0.4) are fewer than
+    # exit_steps, so warning holds; a critical reading enters at once
+    assert got == ["ok", "ok", "ok", "watch", "watch", "warning", "warning", "warning", "critical", "critical"]
+
+
 def test_risk_series_and_config_validation():
     out = risk_series([{"a": 0}, {"a": 2}, {"a": 2, "b": 1}])
-    assert [s for _, s in out] == ["ok", "warning", "warning"]
+    assert [s for _, s in out] == ["ok", "ok", "warning"]  # warning-level risk on two steps in a row
     assert out[2][0] == pytest.approx(1 - 0.45 * 0.78)
+    assert [s for _, s in risk_series([{"a": 2}, {"a": 0}], RiskConfig(enter_steps=1))] == ["warning", "warning"]
     with pytest.raises(ValueError, match="enter"):
         RiskConfig(enter=(0.5, 0.2, 0.9))
+    with pytest.raises(ValueError, match="enter_steps"):
+        RiskConfig(enter_steps=0)
 
 
 def test_label_rule_hand_worked():
