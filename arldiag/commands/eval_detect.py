@@ -46,35 +46,6 @@ def episodes(steps, states, levels=("warning", "critical")) -> list[tuple[int, i
     return out
 
 
-def precursor_scan(frame, collapse: int, lead: tuple[int, int] = (10, 20), base: int = 40,
-                   top: int = 10) -> list[dict]:
-    """Which step metrics moved before a collapse: for each numeric column, z = (mean over the steps
-    [c - lead[1], c - lead[0]] - mean over the ``base`` steps before them) / (std of those base steps / sqrt(n)),
-    n the number of steps in the lead window. The ``top`` largest |z| first. A collapse that no recorded metric
-    announces shows up here as small |z| everywhere (steps with the metric missing are left out)."""
-    import numpy as np
-    from pandas.api.types import is_bool_dtype, is_numeric_dtype
-
-    s = frame["step"].to_numpy()
-    pre = (s >= collapse - lead[1]) & (s <= collapse - lead[0])
-    ref = (s >= collapse - lead[1] - base) & (s < collapse - lead[1])
-    out = []
-    for col in frame.columns:
-        if col in ("step", "time") or not is_numeric_dtype(frame[col]) or is_bool_dtype(frame[col]):
-            continue
-        x = frame[col].to_numpy(dtype=np.float64, na_value=np.nan)
-        a, b = x[pre][np.isfinite(x[pre])], x[ref][np.isfinite(x[ref])]
-        if a.size < 3 or b.size < 10:
-            continue
-        sd = float(b.std(ddof=1))
-        if not sd > 0:
-            continue
-        z = (float(a.mean()) - float(b.mean())) / (sd / np.sqrt(a.size))
-        out.append({"metric": col, "z": round(z, 2), "base_mean": float(b.mean()), "lead_mean": float(a.mean())})
-    out.sort(key=lambda r: (-abs(r["z"]), r["metric"]))
-    return out[:top]
-
-
 def injected_faults(run, name: str) -> dict:
     """{detector: why} planted on purpose in run ``name`` (run.json config.injected_faults), {} when none."""
     faults = (run.manifests.get(name, {}).get("config") or {}).get("injected_faults") or {}
@@ -83,6 +54,7 @@ def injected_faults(run, name: str) -> dict:
 
 def evaluate(run, min_lead: int = 10, alarm_gap: int = 20, precursors: int = 0) -> dict:
     from arldiag.detectors import collapse_step, evaluate_run
+    from arldiag.detectors.precursors import precursor_scan
 
     labels = collapse_step(run)
     rows = []

@@ -17,6 +17,7 @@ import pandas as pd
 from arldiag.findings import Finding
 from arldiag.report import data as D
 from arldiag.report import signals as S
+from arldiag.detectors.precursors import precursor_scan
 from arldiag.report.dimensions import Section, sections
 from arldiag.report.recommend import Recommendation, recommendations
 from arldiag.report.verdict import Verdict, registry_lagging, verdict
@@ -53,6 +54,7 @@ class RunReport:
     window: tuple[int, int] | None = None     # steps the offenders were taken from
     clip: list[float] | None = None
     seq_clip: list[float] | None = None
+    precursors: list[dict] | None = None      # step metrics that moved most before the collapse (None: no collapse)
 
 
 @dataclass
@@ -112,6 +114,9 @@ def gather(run: Any, analyse: Analyse = detector_analysis, name: str | None = No
     rep = RunReport(name=name, path=str(getattr(sub, "paths", {}).get(name, "")), manifest=manifest, steps=steps,
                     cols=cols, findings=found, timeline=timeline, verdict=v, recommendations=recommendations(found),
                     sections=sections(manifest, steps, cols, found), rows=rows, clip=clip, seq_clip=seq_clip)
+
+    if collapse is not None:  # which recorded metrics moved 20..10 steps before the collapse (detectors.precursors)
+        rep.precursors = precursor_scan(steps, collapse, top=8)
 
     tick(f"{name}: IS-ratio heatmaps")
     rep.heatmaps = _heatmaps(sub, name, rows, clip, seq_clip)

@@ -22,6 +22,7 @@ def run_dict(rep) -> dict[str, Any]:
         "max_state": rep.verdict.max_state,
         "summary": rep.verdict.summary,
         "recommendations": [r.to_dict() for r in rep.recommendations],
+        "precursors": rep.precursors,
         "findings": [f.to_dict() for f in rep.findings],
         "sections": [s.to_dict() for s in rep.sections],
         "signals": dict(rep.cols),

@@ -60,6 +60,13 @@ def render_markdown(report) -> str:
         L.append("")
     else:
         L += ["No recommendation: no detector fired.", ""]
+    intro = T.precursor_intro(rep)
+    if intro is not None:
+        L += ["## What moved before the collapse", "", intro, ""]
+        if rep.precursors:
+            L += _table(["metric", "z", "before", "lead window"],
+                        [[p["metric"], T.num(p["z"], ".3g"), T.num(p["base_mean"]), T.num(p["lead_mean"])]
+                         for p in rep.precursors])
     L += ["## Findings", ""]
     fired = [f for f in rep.findings if f.fired]
     if fired:

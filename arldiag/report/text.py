@@ -100,3 +100,18 @@ def alerts_line(rep) -> str:
     first = int(rep.alerts["step"].min()) if rep.alerts is not None and len(rep.alerts) else None
     what = "1 alert was" if n == 1 else f"{n} alerts were"
     return f"{what} recorded while the run was written; the first at step {first}."
+
+
+def precursor_intro(rep) -> str | None:
+    """The sentence above the precursor table; None when the run did not collapse."""
+    if rep.precursors is None:
+        return None
+    from arldiag.detectors.precursors import BASE, LEAD
+
+    c = rep.verdict.collapse_step
+    if not rep.precursors:
+        return (f"Too little history before the collapse at step {c} to compare steps {c - LEAD[1]}..{c - LEAD[0]} "
+                f"with the {BASE} steps before them.")
+    return (f"Step metrics that moved most in steps {c - LEAD[1]}..{c - LEAD[0]}, 10 to 20 steps before the collapse "
+            f"at step {c}: z = (mean there - mean over the {BASE} steps before) / (their std / sqrt(n)). Small |z| "
+            "everywhere means no recorded statistic announced the collapse in time.")

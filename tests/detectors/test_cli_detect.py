@@ -171,19 +171,21 @@ def test_trainer_records_injected_faults():
 def test_precursor_scan_matches_numpy():
     import pandas as pd
 
-    from arldiag.commands.eval_detect import precursor_scan
+    from arldiag.detectors.precursors import precursor_scan
 
     rng = np.random.default_rng(3)
     steps = np.arange(100)
     moved = rng.normal(1.0, 0.1, 100)
     moved[70:] += 0.5                       # shifts 20 steps before the collapse at 90
     flat = rng.normal(0.0, 1.0, 100)
-    frame = pd.DataFrame({"step": steps, "moved": moved, "flat": flat, "const": 1.0, "name": "x",
+    lr = np.full(100, 1e-4) * (1 + 1e-13 * rng.normal(size=100))  # constant up to float rounding
+    frame = pd.DataFrame({"step": steps, "moved": moved, "flat": flat, "const": 1.0, "lr": lr, "name": "x",
                           "gappy": pd.array([None] * 95 + [1.0] * 5, dtype="Float64")})
     out = precursor_scan(frame, 90)
     pre, ref = (steps >= 70) & (steps <= 80), (steps >= 30) & (steps < 70)
     z = lambda x: (x[pre].mean() - x[ref].mean()) / (x[ref].std(ddof=1) / np.sqrt(pre.sum()))  # noqa: E731
-    assert [r["metric"] for r in out] == ["moved", "flat"]  # const has no spread, name is text, gappy too sparse
+    # const and lr have no spread (lr only float rounding), name is text, gappy has too few values
+    assert [r["metric"] for r in out] == ["moved", "flat"]
     assert out[0]["z"] == pytest.approx(z(moved), abs=0.01) and out[0]["z"] > 10
     assert out[1]["z"] == pytest.approx(z(flat), abs=0.01) and abs(out[1]["z"]) < 4
     assert precursor_scan(frame, 15) == []  # no history before the lead window

@@ -47,12 +47,26 @@ def test_json_collapsing(collapse_run, detected, tmp_path):
     nalis = j["neg_adv_low_is"]["metrics"]["nalis_frac"]
     assert nalis["at"] > 3 * nalis["before"]  # the driver accumulates at the collapse
     assert j["baseline"] is None
+    # "what moved before the collapse": recomputed with numpy for the top metric of the report
+    steps = arldiag_steps(collapse_run)
+    top = j["precursors"][0]
+    x, s = steps[top["metric"]].to_numpy(dtype=float, na_value=np.nan), steps["step"].to_numpy()
+    pre, ref = x[(s >= collapse - 20) & (s <= collapse - 10)], x[(s >= collapse - 60) & (s < collapse - 20)]
+    pre, ref = pre[np.isfinite(pre)], ref[np.isfinite(ref)]
+    assert top["z"] == pytest.approx((pre.mean() - ref.mean()) / (ref.std(ddof=1) / np.sqrt(pre.size)), abs=0.01)
+    assert 1 <= len(j["precursors"]) <= 8 and abs(top["z"]) >= max(abs(p["z"]) for p in j["precursors"])
+
+
+def arldiag_steps(path):
+    import arldiag
+
+    return arldiag.open_run(path).sql("select * from steps order by step").df()
 
 
 def test_json_stable(stable_run, detected, tmp_path):
     j = json.loads(_report(stable_run, tmp_path, "json"))
     assert j["verdict"] == "healthy" and j["collapse_step"] is None
-    assert j["recommendations"] == [] and j["first_precursor"] is None
+    assert j["recommendations"] == [] and j["first_precursor"] is None and j["precursors"] is None
     assert len(j["findings"]) == len(detected["stable"][2])
 
 
@@ -66,7 +80,10 @@ def test_markdown_collapsing_and_stable(collapse_run, stable_run, detected, tmp_
         assert f"### {title}" in md
     assert "cispo is a tolerant loss" in md
     assert "1 alert was recorded while the run was written; the first at step 28." in md
+    assert f"## What moved before the collapse\n\nStep metrics that moved most in steps {collapse - 20}..{collapse - 10}" in md
+    assert "| metric | z | before | lead window |" in md
     md = _report(stable_run, tmp_path, "md")
+    assert "What moved before the collapse" not in md
     assert "**HEALTHY**" in md and "| collapse step | none |" in md
     assert "No recommendation: no detector fired." in md
     assert "No turn-level data" in md  # the stable synthetic run has no turns
