@@ -10,6 +10,7 @@ run() {  # run NAME ALGO [extra options]; NAME gets ${SUFFIX} appended
   rm -rf "sample_runs/$name"
   /usr/bin/time -v arldiag train --algo "$algo" --out "sample_runs/$name" --name "$name" "${COMMON[@]}" "$@" \
     > "sample_runs/$name.log" 2>&1
+  arldiag compact "sample_runs/$name"  # one part per table (same rows, a fraction of the files and bytes)
 }
 case "${1:-all}" in
   cispo) run cispo cispo ;;
@@ -28,5 +29,6 @@ case "${1:-all}" in
          /usr/bin/time -v arldiag train --algo atpo --env calculator --out sample_runs/calculator_atpo_drift \
            --name calculator_atpo_drift --steps 60 --seed 0 --hidden-size 64 --n-tasks 4 --group-size 4 --lr 1e-4 \
            --n-minibatches 4 --retokenize --rollout-dtype bfloat16 --token-sample-rate 0.05 --threads 1 \
-           > sample_runs/calculator_atpo_drift.log 2>&1 ;;
+           > sample_runs/calculator_atpo_drift.log 2>&1
+         arldiag compact sample_runs/calculator_atpo_drift ;;
 esac

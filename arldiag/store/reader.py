@@ -47,7 +47,7 @@ def read_manifest(path: Path, fs=None) -> dict:
     return m
 
 
-def _resolve(paths: Iterable[str | os.PathLike]) -> list[Path]:
+def resolve_run_dirs(paths: Iterable[str | os.PathLike]) -> list[Path]:
     """Run directories (holding run.json) named by paths, roots or globs, in a stable order."""
     found: list[Path] = []
     for p in paths:
@@ -228,7 +228,7 @@ def open_run(path: str | os.PathLike | Iterable[str | os.PathLike], **kw) -> Run
     paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
     if not paths:
         raise ValueError("open_run: no run path given")
-    dirs = _resolve(paths)
+    dirs = resolve_run_dirs(paths)
     manifests = [read_manifest(d) for d in dirs]
     names = _unique_names(dirs, manifests)
     return Run(dict(zip(names, dirs)), dict(zip(names, manifests)), **kw)
