@@ -17,19 +17,17 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from arldiag.detectors import detect
+    from arldiag.detectors import analyse
     from arldiag.findings import findings_to_json
     from arldiag.store.reader import open_run
 
     run = open_run(args.run if len(args.run) > 1 else args.run[0])
     names = [n.strip() for n in args.detectors.split(",") if n.strip()] if args.detectors else None
-    findings = detect(run, names)
+    findings, _, timeline = analyse(run, names)  # one replay per run for the findings and the alert states
     if args.json:
         print(findings_to_json(findings, runs=run.names))
     else:
-        from arldiag.detectors import alert_timeline
-
-        _print_text(findings, run.names, args.all, alert_timeline(run, names))
+        _print_text(findings, run.names, args.all, timeline)
     if args.fail_on:
         worst = max((severity_rank(f.severity) for f in findings if f.fired), default=-1)
         if worst >= severity_rank(args.fail_on):

@@ -53,10 +53,9 @@ def injected_faults(run, name: str) -> dict:
 
 
 def evaluate(run, min_lead: int = 10, alarm_gap: int = 20, precursors: int = 0) -> dict:
-    from arldiag.detectors import collapse_step, evaluate_run
+    from arldiag.detectors import evaluate_run, label_of
     from arldiag.detectors.precursors import precursor_scan
 
-    labels = collapse_step(run)
     rows = []
     for name in run.names:
         re = evaluate_run(run, name)
@@ -64,7 +63,7 @@ def evaluate(run, min_lead: int = 10, alarm_gap: int = 20, precursors: int = 0) 
         states = [st for _, _, st, _ in re.timeline]
         tops = {s: top for s, _, _, top in re.timeline}
         eps = episodes(steps, states)
-        c = labels.get(name)
+        c = label_of(re.frame)
         faults = injected_faults(run, name)
         expected_fired = None
         if c is not None:

@@ -113,45 +113,59 @@ def _top_tokens(run, name: str, d: Detector, lo: int, hi: int) -> list[dict] | s
     return [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in rows]
 
 
+def _run_findings(run, name: str, re: RunEvaluation, evidence: bool) -> list[Finding]:
+    out = []
+    for d in re.evaluator.detectors:
+        f = re.evaluator.finding(d, name, re.steps)
+        if evidence and f.status == "fired":
+            tr = re.evaluator.tracks[d.name]
+            f.evidence["series"] = _series_evidence(re.frame, f.evidence["metric"])
+            lo, hi = next(((a, b) for a, b in tr.intervals if a <= tr.peak_step <= b),
+                          (tr.peak_step, tr.peak_step))
+            f.evidence["top_sequences"] = _top_sequences(run, name, d, lo, hi)
+            if d.token_evidence_sql:
+                f.evidence["top_tokens"] = _top_tokens(run, name, d, lo, hi)
+        out.append(f)
+    return out
+
+
+def label_of(frame, **rule: Any) -> int | None:
+    """The documented collapse label (detectors.label) of one run's steps frame; keyword args override the rule."""
+    if not len(frame):
+        return None
+    cols = {c: frame[c].astype("float64").to_numpy() for c in SUCCESS_COLUMNS + FORMAT_COLUMNS if c in frame.columns}
+    return collapse_step_of(frame["step"].tolist(), cols, **rule)
+
+
+def analyse(run, names=None, risk: RiskConfig | None = None, evidence: bool = True):
+    """One replay per run for all three batch outputs: (findings as ``detect``, {run: collapse label},
+    alert timeline as ``alert_timeline``)."""
+    import pandas as pd
+
+    run = as_run(run)
+    findings: list[Finding] = []
+    labels: dict[str, int | None] = {}
+    rows = []
+    for name in run.names:
+        re = evaluate_run(run, name, names, risk)
+        findings += _run_findings(run, name, re, evidence)
+        labels[name] = label_of(re.frame)
+        rows += [{"run": name, "step": s, "risk": r, "state": st, "top": top} for s, r, st, top in re.timeline]
+    return findings, labels, pd.DataFrame(rows, columns=["run", "step", "risk", "state", "top"])
+
+
 def detect(run, names=None, risk: RiskConfig | None = None, evidence: bool = True) -> list[Finding]:
     """One Finding per (detector, run name); status fired | quiet | skipped."""
     run = as_run(run)
-    out: list[Finding] = []
-    for name in run.names:
-        re = evaluate_run(run, name, names, risk)
-        for d in re.evaluator.detectors:
-            f = re.evaluator.finding(d, name, re.steps)
-            if evidence and f.status == "fired":
-                tr = re.evaluator.tracks[d.name]
-                f.evidence["series"] = _series_evidence(re.frame, f.evidence["metric"])
-                lo, hi = next(((a, b) for a, b in tr.intervals if a <= tr.peak_step <= b),
-                              (tr.peak_step, tr.peak_step))
-                f.evidence["top_sequences"] = _top_sequences(run, name, d, lo, hi)
-                if d.token_evidence_sql:
-                    f.evidence["top_tokens"] = _top_tokens(run, name, d, lo, hi)
-            out.append(f)
-    return out
+    return [f for name in run.names for f in _run_findings(run, name, evaluate_run(run, name, names, risk), evidence)]
 
 
 def alert_timeline(run, names=None, risk: RiskConfig | None = None):
     """pandas DataFrame: run, step, risk (0..1), state (ok|watch|warning|critical), top (leading detector)."""
-    import pandas as pd
-
-    run = as_run(run)
-    rows = []
-    for name in run.names:
-        re = evaluate_run(run, name, names, risk)
-        rows += [{"run": name, "step": s, "risk": r, "state": st, "top": top} for s, r, st, top in re.timeline]
-    return pd.DataFrame(rows, columns=["run", "step", "risk", "state", "top"])
+    return analyse(run, names, risk, evidence=False)[2]
 
 
 def collapse_step(run, **rule: Any) -> dict[str, int | None]:
     """The documented collapse label (detectors.label) per run name; keyword args override the rule defaults."""
     run = as_run(run)
-    out: dict[str, int | None] = {}
-    for name in run.names:
-        df = steps_frame(run, name)
-        cols = {c: df[c].astype("float64").to_numpy() for c in SUCCESS_COLUMNS + FORMAT_COLUMNS
-                if c in df.columns}
-        out[name] = collapse_step_of(df["step"].tolist(), cols, **rule) if len(df) else None
-    return out
+    return {name: label_of(steps_frame(run, name), **rule) for name in run.names}

@@ -28,9 +28,9 @@ Analyse = Callable[[Any], tuple[list[Finding], dict[str, int | None], pd.DataFra
 
 def detector_analysis(run: Any) -> tuple[list[Finding], dict[str, int | None], pd.DataFrame]:
     """The detectors' view of a run: the same Findings `arldiag detect` prints."""
-    from arldiag.detectors import alert_timeline, collapse_step, detect
+    from arldiag.detectors import analyse
 
-    return list(detect(run)), dict(collapse_step(run)), alert_timeline(run)
+    return analyse(run)
 
 
 @dataclass

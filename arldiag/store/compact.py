@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from arldiag.schema import TABLES
-from arldiag.store.writer import _PART_RE, parquet_options, write_json_atomic
+from arldiag.store.writer import PART_RE, parquet_options, write_json_atomic
 
 JOURNAL = ".compact.json"
 
@@ -43,7 +43,7 @@ def compact_table(d: Path) -> tuple[int, int, int, int]:
     _recover(d)
     by_rank: dict[int, list[tuple[int, Path]]] = {}
     for p in d.glob("*.parquet"):
-        m = _PART_RE.search(p.name)
+        m = PART_RE.search(p.name)
         if m:
             by_rank.setdefault(int(m.group(1)), []).append((int(m.group(2)), p))
     n0 = n1 = b0 = b1 = 0

@@ -28,7 +28,7 @@ from arldiag.schema import TABLES
 
 log = logging.getLogger("arldiag")
 
-_PART_RE = re.compile(r"rank(\d+)-part(\d+)\.parquet$")
+PART_RE = re.compile(r"rank(\d+)-part(\d+)\.parquet$")
 # Rows buffered per table before a part is published even without a flush request.
 PART_ROWS = {"tokens": 2_000_000, "sequences": 500_000, "turns": 500_000, "groups": 200_000, "steps": 50_000,
              "alerts": 10_000}
@@ -75,7 +75,7 @@ def next_part_numbers(root: Path, rank: int) -> dict[str, int]:
         d = root / t
         if d.is_dir():
             for p in d.iterdir():
-                m = _PART_RE.search(p.name)
+                m = PART_RE.search(p.name)
                 if m and int(m.group(1)) == rank:
                     n = max(n, int(m.group(2)))
         out[t] = n + 1

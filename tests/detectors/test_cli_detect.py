@@ -107,9 +107,9 @@ def _fake_eval(monkeypatch, states, collapse, levels=None, tops=None):
     tops = tops or ["x"] * len(states)
     tracks = {d: SimpleNamespace(max_level=lv) for d, lv in (levels or {}).items()}
     fake = SimpleNamespace(timeline=list(zip(steps, [0.6] * len(states), states, tops)),
-                           evaluator=SimpleNamespace(tracks=tracks))
+                           evaluator=SimpleNamespace(tracks=tracks), frame=None)
     monkeypatch.setattr(det, "evaluate_run", lambda run, name: fake)
-    monkeypatch.setattr(det, "collapse_step", lambda run: {"r": collapse})
+    monkeypatch.setattr(det, "label_of", lambda frame: collapse)
 
 
 class _FakeRun:  # evaluate() needs only the names and the manifests; the batch functions are patched

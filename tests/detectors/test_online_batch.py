@@ -138,3 +138,17 @@ def test_batch_skips_detectors_without_inputs(tmp_path):
         assert "no finite value" in by[name].skipped_reason
     assert by["grad_norm_spike"].status == "quiet" and by["success_collapse"].status in ("quiet", "fired")
     assert len(by) == len(REGISTRY)
+
+
+def test_analyse_is_detect_label_and_timeline_in_one_replay(synth_runs, tmp_path):
+    import shutil
+
+    from arldiag.detectors import analyse
+
+    for k in ("healthy", "collapse"):
+        shutil.copytree(synth_runs[k][0], tmp_path / k)
+    run = arldiag.open_run(tmp_path)
+    findings, labels, timeline = analyse(run)
+    assert [f.to_dict() for f in findings] == [f.to_dict() for f in detect(run)]
+    assert labels == collapse_step(run) and labels["healthy"] is None and labels["collapse"] is not None
+    assert timeline.equals(alert_timeline(run))
