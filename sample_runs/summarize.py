@@ -1,11 +1,17 @@
-"""Print the sample-run table of README.md from the run stores (python sample_runs/summarize.py [RUN ...]).
+"""The sample-run tables of sample_runs/README.md, generated from the run stores (never typed by hand).
 
-Success and valid-format ratio are per-step means over 16 training episodes (temperature 1), so they are noisy;
-the table uses 10-step moving averages (MA10): peak = max MA10 of success, final = mean of the last 10 steps.
-Collapse step = first step from which the valid-format ratio stays below 0.5 for 5 steps (none if it never does).
+    python sample_runs/summarize.py            # print the tables of every run under sample_runs/
+    python sample_runs/summarize.py --write    # and replace them in sample_runs/README.md (between the markers)
+
+Per run: the behaviour-cloned start, peak and final eval success (the fixed evaluation set, greedy), the collapse
+step (arldiag's collapse label, docs/detectors.md), the valid-format ratio at the end, the largest KL to the reference,
+the peak negative-advantage low-IS fraction and its KL share (steps view), and how many steps before the collapse
+that fraction was first non-zero after the peak. Per algorithm, over seeds: how many runs learned (peak eval success
+at least 0.15 above the start) and how many collapsed after step 40.
 """
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -13,50 +19,102 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-
-
-def ma(x: np.ndarray, k: int = 10) -> np.ndarray:
-    return np.array([np.nanmean(x[max(0, i - k + 1):i + 1]) for i in range(len(x))])
+START, END = "<!-- suite-table:start -->", "<!-- suite-table:end -->"
+LEARN_POINTS = 0.15  # "learns": peak eval success at least this far above the step-0 evaluation
+LATE_COLLAPSE = 40  # the phenomenon: a collapse after this step (learn first, then collapse)
 
 
 def summarize(run_dir: Path) -> dict:
     import arldiag
+    from arldiag.detectors.label import collapse_step_of
 
     run = arldiag.open_run(str(run_dir))
     try:
         df = run.df("select * from steps order by step")
     finally:
         run.close()
-    succ, valid = df["success_rate"].to_numpy(float), df["valid_format_ratio"].to_numpy(float)
-    s_ma, v_ma = ma(succ), ma(valid)
-    full = slice(9 if len(succ) >= 10 else 0, None)  # only complete 10-step windows
-    # collapse: the first step whose valid-format ratio and that of the next 4 steps are all below 0.5
-    below = [i for i in range(len(valid) - 4) if np.all(valid[i:i + 5] < 0.5)]
+    meta = json.loads((run_dir / "run.json").read_text())
+    cfg = meta.get("config", {})
+    col = lambda name: df[name].to_numpy(float) if name in df else np.full(len(df), np.nan)  # noqa: E731
+    steps = df["step"].to_numpy(int)
+    numeric = [c for c in df.columns if c != "step" and df[c].dtype.kind in "fiub"]
+    collapse = collapse_step_of(steps, {c: df[c].to_numpy(float) for c in numeric})
+    ev = col("eval_success")
+    ev_steps = steps[np.isfinite(ev)]
+    ev = ev[np.isfinite(ev)]
+    nalis, share = col("neg_adv_low_is_frac"), col("neg_adv_low_is_kl_share")
+    lead = None
+    if collapse is not None and ev.size:
+        peak_step = int(ev_steps[int(np.argmax(ev))])
+        window = (steps >= min(peak_step, collapse)) & (steps < collapse) & (np.nan_to_num(nalis) > 0)
+        lead = int(collapse - steps[window][0]) if window.any() else 0
+    valid = col("valid_format_ratio")
     log = run_dir.with_suffix(".log")
     wall = re.search(r"done: \d+ steps in (\d+)s", log.read_text()) if log.exists() else None
-    col = lambda name: df[name].to_numpy(float) if name in df else np.full(len(df), np.nan)  # noqa: E731
-    return dict(name=run_dir.name, steps=len(df), wall_min=(int(wall.group(1)) / 60 if wall else float("nan")),
-                first=float(np.mean(succ[:10])), peak=float(np.nanmax(s_ma[full])), peak_step=int(np.nanargmax(s_ma[full])) + full.start,
-                final=float(np.mean(succ[-10:])), valid_final=float(np.mean(valid[-10:])),
-                valid_min=float(np.nanmin(v_ma[full])), collapse=(int(below[0]) if below else None),
-                kl_max=float(np.nanmax(col("kl_ref_k3"))), grad_max=float(np.nanmax(col("grad_norm_max"))),
-                nalis=float(np.nanmean(col("nalis_masked_frac"))), size_mb=sum(f.stat().st_size for f in
-                                                                                run_dir.rglob("*") if f.is_file()) / 1e6)
+    return dict(name=run_dir.name, algo=meta.get("algorithm", cfg.get("algo", "?")), seed=cfg.get("seed"),
+                split=cfg.get("split", "?"), nalis_mask=bool(cfg.get("nalis_mask")), steps=len(df),
+                start=float(ev[0]) if ev.size else float("nan"), peak=float(ev.max()) if ev.size else float("nan"),
+                peak_step=int(ev_steps[int(np.argmax(ev))]) if ev.size else None,
+                final=float(ev[-1]) if ev.size else float("nan"), collapse=collapse,
+                valid_end=float(np.nanmean(valid[-10:])), kl_max=float(np.nanmax(col("kl_ref_k3"))),
+                nalis_peak=float(np.nanmax(nalis)) if np.isfinite(nalis).any() else float("nan"),
+                share_peak=float(np.nanmax(share)) if np.isfinite(share).any() else float("nan"), nalis_lead=lead,
+                wall_min=int(wall.group(1)) / 60 if wall else float("nan"))
+
+
+def fmt(x, spec=".2f"):
+    if x is None:
+        return "none"
+    if isinstance(x, float) and not np.isfinite(x):
+        return "-"
+    return format(x, spec)
+
+
+def tables(rows: list[dict]) -> str:
+    out = ["| run | split | BC start | peak (step) | final | collapse step | valid format, last 10 | max KL to ref "
+           "| peak neg-adv low-IS frac | its peak KL share | frac > 0 this many steps before collapse | wall (min) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['name']} | {r['split']} | {fmt(r['start'])} | {fmt(r['peak'])} ({fmt(r['peak_step'], 'd')}) "
+                   f"| {fmt(r['final'])} | {fmt(r['collapse'], 'd')} | {fmt(r['valid_end'])} | {fmt(r['kl_max'], '.3f')} "
+                   f"| {fmt(r['nalis_peak'], '.4f')} | {fmt(r['share_peak'], '.3f')} | {fmt(r['nalis_lead'], 'd')} "
+                   f"| {fmt(r['wall_min'], '.1f')} |")
+    out += ["", "| algorithm | runs | learned (+15 points) | collapsed after step 40 | collapsed at all "
+                "| median peak | median final |", "|---|---|---|---|---|---|---|"]
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(r["algo"] + (" + mask" if r["nalis_mask"] and r["algo"] != "sampo" else ""), []).append(r)
+    for name, rs in groups.items():
+        learned = sum(r["peak"] - r["start"] >= LEARN_POINTS for r in rs)
+        late = sum(r["collapse"] is not None and r["collapse"] > LATE_COLLAPSE for r in rs)
+        anyc = sum(r["collapse"] is not None for r in rs)
+        out.append(f"| {name} | {len(rs)} | {learned} | {late} | {anyc} | {fmt(float(np.median([r['peak'] for r in rs])))} "
+                   f"| {fmt(float(np.median([r['final'] for r in rs])))} |")
+    return "\n".join(out)
+
+
+def suite_runs() -> list[Path]:
+    return sorted(p for p in HERE.iterdir() if (p / "run.json").exists())
+
+
+def write_table(dirs: list[Path] | None = None) -> str:
+    """Replace the generated block of sample_runs/README.md; returns the block."""
+    text = tables([summarize(d) for d in (dirs or suite_runs())])
+    readme = HERE / "README.md"
+    body = readme.read_text()
+    block = f"{START}\n{text}\n{END}"
+    if START in body and END in body:
+        body = body[:body.index(START)] + block + body[body.index(END) + len(END):]
+    else:
+        body = body.rstrip() + "\n\n" + block + "\n"
+    readme.write_text(body)
+    return text
 
 
 def main(argv: list[str]) -> None:
-    dirs = [Path(a) for a in argv] or sorted(p for p in HERE.iterdir() if (p / "run.json").exists())
-    print("| run | steps | wall (min) | success first 10 | peak success (MA10, step) | final success (last 10) "
-          "| valid-format final / min MA10 | collapse step | max KL to ref (k3) | max grad norm | NALIS masked | size MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for d in dirs:
-        try:
-            s = summarize(d)
-        except (KeyError, ValueError):  # no step rows yet
-            continue
-        print(f"| {s['name']} | {s['steps']} | {s['wall_min']:.1f} | {s['first']:.2f} | {s['peak']:.2f} ({s['peak_step']}) "
-              f"| {s['final']:.2f} | {s['valid_final']:.2f} / {s['valid_min']:.2f} | {s['collapse'] if s['collapse'] is not None else 'none'} "
-              f"| {s['kl_max']:.3f} | {s['grad_max']:.2f} | {100 * s['nalis']:.1f} % | {s['size_mb']:.1f} |")
+    write = "--write" in argv
+    dirs = [Path(a) for a in argv if a != "--write"] or suite_runs()
+    print(write_table(dirs) if write else tables([summarize(d) for d in dirs]))
 
 
 if __name__ == "__main__":

@@ -55,26 +55,29 @@ def build_batch(episodes: Sequence[Episode], *, layout: str, codec: TokenCodec) 
     P = max(len(r[0]) for r in rows)
     W = max(1, max(len(r[1]) for r in rows))
     B = len(rows)
-    input_ids = torch.full((B, P + W), codec.pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((B, P + W), dtype=torch.long)
-    token_ids = torch.full((B, W), codec.pad_id, dtype=torch.long)
-    rollout_ids = torch.full((B, W), codec.pad_id, dtype=torch.long)
-    response_mask = torch.zeros((B, W), dtype=torch.float32)
-    logp_rollout = torch.zeros((B, W), dtype=torch.float32)
-    turn_ids = torch.zeros((B, W), dtype=torch.long)
+    # Filled as numpy arrays (one slice assignment per row) and wrapped once: torch.as_tensor per row was most of
+    # the batch build's time.
+    input_ids = np.full((B, P + W), codec.pad_id, dtype=np.int64)
+    attention_mask = np.zeros((B, P + W), dtype=np.int64)
+    rollout_ids = np.full((B, W), codec.pad_id, dtype=np.int64)
+    response_mask = np.zeros((B, W), dtype=np.float32)
+    logp_rollout = np.zeros((B, W), dtype=np.float32)
+    turn_ids = np.zeros((B, W), dtype=np.int64)
     for b, (prompt, trained, rollout, mask, logp, turns, _, _) in enumerate(rows):
         p, w = len(prompt), len(trained)
-        input_ids[b, P - p:P] = torch.as_tensor(prompt, dtype=torch.long)
+        input_ids[b, P - p:P] = prompt
         attention_mask[b, P - p:P + w] = 1
         if w:
-            input_ids[b, P:P + w] = torch.as_tensor(trained, dtype=torch.long)
-            token_ids[b, :w] = torch.as_tensor(trained, dtype=torch.long)
-            rollout_ids[b, :w] = torch.as_tensor(rollout, dtype=torch.long)
-            response_mask[b, :w] = torch.as_tensor(mask, dtype=torch.float32)
-            logp_rollout[b, :w] = torch.as_tensor(logp, dtype=torch.float32)
-            turn_ids[b, :w] = torch.as_tensor(turns, dtype=torch.long)
+            input_ids[b, P:P + w] = trained
+            rollout_ids[b, :w] = rollout
+            response_mask[b, :w] = mask
+            logp_rollout[b, :w] = logp
+            turn_ids[b, :w] = turns
             turn_ids[b, w:] = turns[-1]
-    return Batch(input_ids=input_ids, attention_mask=attention_mask, start=P, token_ids=token_ids,
-                 rollout_ids=rollout_ids, response_mask=response_mask, logp_rollout=logp_rollout, turn_ids=turn_ids,
+    input_ids_t = torch.from_numpy(input_ids)
+    return Batch(input_ids=input_ids_t, attention_mask=torch.from_numpy(attention_mask), start=P,
+                 token_ids=input_ids_t[:, P:].clone(), rollout_ids=torch.from_numpy(rollout_ids),
+                 response_mask=torch.from_numpy(response_mask), logp_rollout=torch.from_numpy(logp_rollout),
+                 turn_ids=torch.from_numpy(turn_ids),
                  episode_index=np.array([r[6] for r in rows], dtype=np.int64),
                  sample_turn=np.array([r[7] for r in rows], dtype=np.int64))

@@ -31,8 +31,11 @@ class TrainConfig:
     out: str = _f("runs/run", "run store folder written through the Collector")
     name: Optional[str] = _f(None, "run name shown by readers (default: the out folder's name)")
     seed: int = _f(0, "seed for tasks, sampling and model initialisation")
+    split: str = _f("auto", "suite split written to run.json (config.split): dev runs may tune detectors, heldout runs "
+                    "only score them; auto: dev for seeds 0-2, heldout for seeds 3 and up", ("auto", "dev", "heldout", "none"))
     # --- batch and optimisation ----------------------------------------------------------------------------------
-    lr: float = _f(1e-4, "Adam learning rate of the RL updates")
+    lr: float = _f(1e-4, "AdamW learning rate of the RL updates")
+    weight_decay: float = _f(0.0, "AdamW decoupled weight decay of the RL updates")
     n_tasks: int = _f(8, "tasks (environment seeds) per step")
     group_size: int = _f(4, "rollouts per task (the GRPO group size G)")
     ppo_epochs: int = _f(1, "passes over each rollout batch")
@@ -54,7 +57,8 @@ class TrainConfig:
     cold_start_steps: int = _f(5, "steps at the start during which dynamic filtering keeps every group (ARLArena)")
     nalis_mask: Optional[bool] = _f(None, "negative-advantage low-IS sequence mask (any loss); default: on only for sampo")
     nalis_delta: float = _f(0.223, "mask a sample when mean A < 0 and mean(logp_old - logp) > delta (0.223: s_i < 0.8)")
-    format_penalty: float = _f(0.0, "extra penalty subtracted from a turn's reward when its response is not a valid action")
+    format_penalty: float = _f(0.1, "extra penalty subtracted from a turn's reward when its response is not a valid "
+                               "action (every algorithm: one reward definition, so a broken format still has a gradient)")
     # --- rollout ---------------------------------------------------------------------------------------------------
     max_turns: Optional[int] = _f(None, "turn limit per episode (default: the environment's)")
     max_new_tokens: int = _f(16, "response length limit per turn; a response hitting it is marked truncated")
@@ -62,8 +66,27 @@ class TrainConfig:
     context: str = _f("auto", "turn: one sample per turn (prompt = observation); trajectory: one sample per episode with "
                       "environment/tool text inserted as masked tokens; auto: the environment's choice", ("auto", "turn", "trajectory"))
     retokenize: bool = _f(False, "decode sampled ids to text and encode again between turns (reproduces retokenization drift)")
+    rollout_lag: int = _f(0, "the sampler uses the policy weights of this many steps ago (asynchronous trainers); "
+                          "0: the current weights")
+    logp_old_source: str = _f("auto", "logp_old of the IS ratio: recompute (the trainer's forward pass before the updates), "
+                              "sampler (the sampler's own log-probs: off-policy by the lag and the sampler's precision), "
+                              "auto (sampler when it is exactly the current float32 policy, which saves a pass; else "
+                              "recompute)", ("auto", "recompute", "sampler"))
     rollout_dtype: str = _f("float32", "dtype of the sampler's weights; bfloat16 makes logp_rollout differ from the trainer's "
                             "logp_old (train/inference mismatch)", ("float32", "bfloat16", "float16"))
+    # --- environment (None: the environment's default) ---------------------------------------------------------------
+    obs_layout: Optional[str] = _f(None, "sokoban observation: full (instruction, turn, history, grid; ARLArena) or "
+                                   "short (the interior grid only: ~20 prompt tokens instead of ~180)", ("full", "short"))
+    history_length: Optional[int] = _f(None, "sokoban: past observation/action pairs shown in a full observation (2)")
+    room_size: Optional[int] = _f(None, "sokoban: room side length including the outer walls (6)")
+    max_walls: Optional[int] = _f(None, "sokoban: at most this many random interior walls (2)")
+    min_moves: Optional[int] = _f(None, "sokoban: shortest solution of a generated level is at least this long (2)")
+    max_moves: Optional[int] = _f(None, "sokoban: shortest solution of a generated level is at most this long (8)")
+    # --- evaluation ------------------------------------------------------------------------------------------------
+    eval_every: int = _f(10, "evaluate on the fixed evaluation set every this many steps (and at the first and last "
+                         "step), logged as eval_success / eval_valid_format / eval_return; 0 disables")
+    eval_tasks: int = _f(64, "size of the fixed evaluation set (the same task seeds for every run and seed)")
+    eval_temperature: float = _f(0.0, "sampling temperature of the evaluation episodes; 0 is greedy")
     # --- model -----------------------------------------------------------------------------------------------------
     model: str = _f("tiny-qwen3", "tiny-qwen3 | tiny-llama (built from a config, local word-level tokenizer) or a local "
                     "path to a pretrained causal LM and its tokenizer (never downloaded)")
@@ -75,6 +98,8 @@ class TrainConfig:
     bc_episodes: int = _f(400, "solver episodes for behaviour cloning")
     bc_steps: int = _f(300, "behaviour-cloning optimizer steps")
     bc_lr: float = _f(3e-3, "behaviour-cloning learning rate")
+    bc_noise: float = _f(0.5, "share of demonstration turns whose action is uniformly random instead of the solver's "
+                         "(a weak warm start leaves RL room to learn; environments without random_response ignore it)")
     bc_cache: str = _f("~/.cache/arldiag/bc", "folder of cached behaviour-cloning checkpoints")
     # --- logging ---------------------------------------------------------------------------------------------------
     token_sample_rate: float = _f(0.05, "fraction of token rows the Collector keeps (sequence/step tables are complete)")
@@ -85,6 +110,16 @@ class TrainConfig:
 
     def resolved_nalis_mask(self) -> bool:
         return (self.algo == "sampo") if self.nalis_mask is None else bool(self.nalis_mask)
+
+    def resolved_split(self) -> str:
+        if self.split != "auto":
+            return self.split
+        return "dev" if self.seed < 3 else "heldout"
+
+    def env_options(self) -> dict[str, Any]:
+        """The environment constructor's keyword arguments this config sets (None fields keep the env default)."""
+        names = ("max_turns", "obs_layout", "history_length", "room_size", "max_walls", "min_moves", "max_moves")
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
     def injected_faults(self) -> dict[str, str]:
         """{detector: why} for the faults this config plants on purpose. Stored in run.json (config.injected_faults)
@@ -99,7 +134,7 @@ class TrainConfig:
     def validate(self) -> "TrainConfig":
         for f in dataclasses.fields(self):
             choices = f.metadata.get("choices")
-            if choices and getattr(self, f.name) not in choices:
+            if choices and getattr(self, f.name) is not None and getattr(self, f.name) not in choices:
                 raise ValueError(f"{f.name}={getattr(self, f.name)!r}: choose from {', '.join(choices)}")
         positive = ("lr", "n_tasks", "group_size", "ppo_epochs", "n_minibatches", "max_new_tokens", "temperature",
                     "tau_pos", "tau_neg", "hidden_size", "n_layers")
@@ -110,6 +145,11 @@ class TrainConfig:
             raise ValueError(f"token_sample_rate must be in [0, 1], got {self.token_sample_rate!r}")
         if self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps!r}")
+        for name in ("rollout_lag", "eval_every", "eval_tasks", "weight_decay", "eval_temperature", "format_penalty"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if not 0.0 <= self.bc_noise <= 1.0:
+            raise ValueError(f"bc_noise must be in [0, 1], got {self.bc_noise!r}")
         return self
 
 
@@ -122,8 +162,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "sapo": dict(tau_pos=1.0, tau_neg=1.05, loss_agg="token-mean", adv_estimator="grpo"),
     "atpo": dict(clip_low=3e-3, clip_high=4e-3, loss_agg="seq-mean-token-mean", adv_estimator="grpo"),
     "sampo": dict(clip_low=3e-3, clip_high=4e-3, loss_agg="seq-mean-token-mean", adv_estimator="gigpo", omega=1.0,
-                  gamma=0.95, dynamic_filter=True, cold_start_steps=5, nalis_mask=True, format_penalty=0.1,
-                  kl_coef=0.01),
+                  gamma=0.95, dynamic_filter=True, cold_start_steps=5, nalis_mask=True, kl_coef=0.01),
 }
 
 

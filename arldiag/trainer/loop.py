@@ -1,11 +1,15 @@
 """The training loop: rollout -> rewards and advantages -> PPO-style updates, logged only through the Collector.
 
 One step (CleanRL-style, top to bottom):
-  1. play n_tasks x group_size episodes with the sampler (a copy of the policy, optionally in reduced precision);
-  2. turn rewards r_t (env reward minus the format penalty of invalid turns), episode returns R, advantages
-     (GRPO group z-score, or GiGPO episode + omega * anchor-state step advantage), dynamic filtering of groups;
-  3. logp_old and logp_ref: the trainer's recompute before any update (no gradient);
-  4. ppo_epochs x n_minibatches updates of the policy loss (+ k3 KL), each recorded with record_update;
+  0. every eval_every steps: greedy episodes on the fixed evaluation set (eval_success, without batch noise);
+  1. play n_tasks x group_size episodes with the sampler (the policy itself, or a copy in reduced precision and/or
+     rollout_lag steps behind, as asynchronous trainers run);
+  2. turn rewards r_t (env reward minus the format penalty of invalid turns, the same for every algorithm), episode
+     returns R, advantages (GRPO group z-score, or GiGPO episode + omega * anchor-state step advantage), dynamic
+     filtering of groups;
+  3. logp_old (the sampler's log-probs, or the trainer's recompute before any update) and logp_ref (no gradient);
+  4. ppo_epochs x n_minibatches AdamW updates of the policy loss (+ k3 KL), each recorded with record_update;
+     a mini-batch without advantage is not stepped;
   5. step metrics with record_step; stop early when the Collector says so.
 """
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
+from collections import deque
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -29,6 +34,8 @@ from arldiag.trainer.rollout import Episode, run_episodes, step_task_ids
 # Environments whose replies come back inside the context (tool outputs) train one sample per trajectory.
 TRAJECTORY_ENVS = ("calculator",)
 MERGE_DEMO_EPISODES = 50
+TOLERANT_ALGOS = ("cispo", "sapo")  # no hard lower clip bound: gradients flow for every token
+REFERENCE_BAND = (0.2, 0.28)  # GRPO eps_low / DAPO clip-higher eps_high: the band tolerant losses are diagnosed against
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -53,9 +60,14 @@ class NullCollector:
 
 
 def make_env_factory(cfg: TrainConfig) -> Callable[[], Any]:
+    """A factory of fresh environments with the config's env options (checked once here, with a clear error)."""
     from arldiag.trainer.envs import make_env
 
-    kw = {} if cfg.max_turns is None else {"max_turns": cfg.max_turns}
+    kw = cfg.env_options()
+    try:
+        make_env(cfg.env, **kw)
+    except TypeError as exc:  # an option this environment does not have
+        raise ValueError(f"env={cfg.env!r} does not take the option(s) {', '.join(sorted(kw))}: {exc}") from None
     return lambda: make_env(cfg.env, **kw)
 
 
@@ -65,23 +77,36 @@ def resolve_layout(cfg: TrainConfig, env: Any) -> str:
     return getattr(env, "context", None) or ("trajectory" if getattr(env, "name", cfg.env) in TRAJECTORY_ENVS else "turn")
 
 
-def open_collector(cfg: TrainConfig) -> Any:
+def diagnostic_bands(cfg: TrainConfig) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(token band, sequence band) as (eps_low, eps_high) that the Collector diagnoses ratios against.
+
+    A sequence-clip loss has its own sequence band; token losses have none, and tolerant losses (CISPO eps_low = 1,
+    SAPO) have no lower bound at all, so "ratio below 1 - eps_low" would never hold and ARLArena's negative-advantage
+    low-IS set would be unobservable exactly where it matters. Those are diagnosed against the standard GRPO/DAPO
+    band (eps at most 0.2 / 0.28) instead; run.json says so (config.diagnostic_bands)."""
+    reference = (min(cfg.clip_low, REFERENCE_BAND[0]), min(cfg.clip_high, REFERENCE_BAND[1]))
+    token = reference if cfg.algo in TOLERANT_ALGOS else (cfg.clip_low, cfg.clip_high)
+    sequence = (cfg.clip_low, cfg.clip_high) if cfg.algo in SEQUENCE_CLIP_ALGOS else reference
+    return token, sequence
+
+
+def open_collector(cfg: TrainConfig, logp_old_source: str = "recompute") -> Any:
     import arldiag
 
-    if cfg.algo in SEQUENCE_CLIP_ALGOS:
-        seq_clip = (cfg.clip_low, cfg.clip_high)
-    else:
-        # Token-level losses have no sequence band of their own, and tolerant ones (CISPO eps_low = 1, SAPO) have
-        # no lower bound at all, so "sequence ratio below 1 - eps_low" would never hold. Diagnose their sequences
-        # against the standard GRPO band instead (ARLArena's negative-advantage low-IS set).
-        seq_clip = (min(cfg.clip_low, 0.2), min(cfg.clip_high, 0.28))
+    token_clip, seq_clip = diagnostic_bands(cfg)
     config = dataclasses.asdict(cfg)
     config["nalis_mask"] = cfg.resolved_nalis_mask()
     config["injected_faults"] = cfg.injected_faults()
+    config["split"] = cfg.resolved_split()
+    config["logp_old_source"] = logp_old_source
+    config["diagnostic_bands"] = {
+        "token": list(token_clip), "sequence": list(seq_clip),
+        "note": ("tolerant loss: ratios are diagnosed against the reference GRPO band, not the loss's own bounds"
+                 if cfg.algo in TOLERANT_ALGOS else "the loss's own clip bounds")}
     monitor = None
     if cfg.monitor != "off":  # the same detectors as `arldiag detect`, evaluated as each step completes
         monitor = arldiag.Monitor(sinks=("console", "store"), stop_on="critical" if cfg.monitor == "stop" else None)
-    return arldiag.Collector(cfg.out, config=config, clip=(cfg.clip_low, cfg.clip_high), seq_clip=seq_clip,
+    return arldiag.Collector(cfg.out, config=config, clip=token_clip, seq_clip=seq_clip,
                              name=cfg.name or cfg.out.rstrip("/").split("/")[-1], algorithm=cfg.algo,
                              token_sample_rate=cfg.token_sample_rate, neg_adv_delta=cfg.nalis_delta,
                              monitor=monitor)
@@ -119,13 +144,12 @@ def episode_advantages(episodes: list[Episode], cfg: TrainConfig) -> tuple[list[
 
 def batch_advantages(batch: Batch, per_turn: list[np.ndarray]) -> torch.Tensor:
     """Token advantages [B, W]: each window token gets the advantage of its turn."""
-    B, W = batch.token_ids.shape
-    adv = torch.zeros((B, W), dtype=torch.float32)
-    turns = batch.turn_ids.numpy()
-    for b in range(B):
-        a = per_turn[batch.episode_index[b]]
-        adv[b] = torch.as_tensor(a[np.minimum(turns[b], len(a) - 1)], dtype=torch.float32)
-    return adv
+    turns = batch.turn_ids.numpy()  # [B, W]
+    adv = np.zeros(turns.shape, dtype=np.float32)
+    for b, e in enumerate(batch.episode_index):
+        a = per_turn[e]
+        adv[b] = a[np.minimum(turns[b], len(a) - 1)]
+    return torch.from_numpy(adv)
 
 
 # --- model helpers ------------------------------------------------------------------------------------------------------
@@ -169,6 +193,69 @@ def setup_policy(cfg: TrainConfig, env_factory: Callable[[], Any], layout: str, 
     return model, codec
 
 
+# --- sampler, evaluation --------------------------------------------------------------------------------------------
+EVAL_SEED = 20_251_130  # the evaluation set's task seeds and sampling generator: the same for every run and seed
+
+
+class LaggedSampler:
+    """The model that plays the episodes: the policy itself, or a frozen copy in the sampler's precision and/or
+    ``rollout_lag`` steps behind (what asynchronous trainers and reduced-precision inference engines do).
+
+    ``sync(policy)`` is called at the start of every step: it remembers the policy's weights of the last lag+1 steps
+    and loads the oldest of them into the copy, so at step s the sampler plays with the weights of step s - lag
+    (of step 0 while s < lag)."""
+
+    def __init__(self, policy: Any, rollout_dtype: str = "float32", rollout_lag: int = 0):
+        self.lag = int(rollout_lag)
+        self.is_policy = rollout_dtype == "float32" and self.lag == 0
+        self.model = policy if self.is_policy else copy.deepcopy(policy).to(DTYPES[rollout_dtype]).requires_grad_(False)
+        self.snapshots: deque = deque(maxlen=self.lag + 1)
+
+    def sync(self, policy: Any) -> None:
+        if self.is_policy:
+            return
+        self.snapshots.append({k: v.detach().clone() for k, v in policy.state_dict().items()})
+        self.model.load_state_dict(self.snapshots[0])  # cast into the sampler's precision
+
+
+def resolve_logp_old_source(cfg: TrainConfig, sampler_is_policy: bool) -> str:
+    """auto: the sampler's own log-probs when the sampler is exactly the current float32 policy (they equal the
+    trainer's recompute up to float rounding, so a forward pass is saved); otherwise the recompute."""
+    if cfg.logp_old_source != "auto":
+        return cfg.logp_old_source
+    return "sampler" if sampler_is_policy and not cfg.retokenize else "recompute"
+
+
+def evaluate(model: Any, envs: list[Any], codec: TokenCodec, cfg: TrainConfig, layout: str, max_turns: int
+             ) -> dict[str, float]:
+    """Success on the fixed evaluation set (``eval_tasks`` task seeds drawn from EVAL_SEED), greedy by default, so
+    learning and collapse are measured without the batch's sampling noise."""
+    tasks = np.random.default_rng(EVAL_SEED).integers(0, 2**31 - 1, size=len(envs))
+    episodes = run_episodes(model, envs, tasks, np.arange(len(envs)), codec, layout=layout, max_turns=max_turns,
+                            max_new_tokens=cfg.max_new_tokens, temperature=cfg.eval_temperature,
+                            retokenize_between_turns=False, generator=torch.Generator().manual_seed(EVAL_SEED),
+                            device=cfg.device)
+    turns = [t for ep in episodes for t in ep.turns]
+    return {"eval_success": float(np.mean([ep.success for ep in episodes])),
+            "eval_valid_format": float(np.mean([t.valid for t in turns])) if turns else float("nan"),
+            "eval_return": float(np.mean([turn_rewards(ep, cfg.format_penalty).sum() for ep in episodes])),
+            "eval_episode_length": float(np.mean([len(ep.turns) for ep in episodes]))}
+
+
+def is_eval_step(cfg: TrainConfig, step: int) -> bool:
+    return cfg.eval_every > 0 and (step % cfg.eval_every == 0 or step == cfg.steps - 1)
+
+
+def save_tokenizer(codec: TokenCodec, out: str) -> None:
+    """``OUT/tokenizer.json`` (the tokenizers library's format) so that readers can decode token ids to text."""
+    import os
+
+    backend = getattr(codec.tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        os.makedirs(out, exist_ok=True)
+        backend.save(os.path.join(out, "tokenizer.json"))
+
+
 # --- the loop -------------------------------------------------------------------------------------------------------------
 def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, collector: Any = None,
           log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -189,27 +276,31 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
     model, codec = setup_policy(cfg, env_factory, layout, max_turns, log)
     model.eval()  # no dropout: logp_old must equal the policy that sampled
     reference = copy.deepcopy(model).requires_grad_(False)
-    rollout_dtype = DTYPES[cfg.rollout_dtype]
-    sampler = model if rollout_dtype == torch.float32 else copy.deepcopy(model).to(rollout_dtype).requires_grad_(False)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    envs = [env_factory() for _ in range(cfg.n_tasks * cfg.group_size)]
+    sampler = LaggedSampler(model, cfg.rollout_dtype, cfg.rollout_lag)
+    logp_old_source = resolve_logp_old_source(cfg, sampler.is_policy)
     params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    envs = [env_factory() for _ in range(cfg.n_tasks * cfg.group_size)]
+    eval_envs = [env_factory() for _ in range(cfg.eval_tasks)] if cfg.eval_every > 0 else []
     use_nalis = cfg.resolved_nalis_mask()
 
     history: list[dict[str, float]] = []
     next_sample_id = 0
-    col = collector if collector is not None else open_collector(cfg)
-    with col:
+    if collector is None:
+        collector = open_collector(cfg, logp_old_source)
+        save_tokenizer(codec, cfg.out)
+    with collector as col:
         for step in range(cfg.steps):
             t0 = time.perf_counter()
+            eval_metrics = evaluate(model, eval_envs, codec, cfg, layout, max_turns) if is_eval_step(cfg, step) else {}
+            t_eval = time.perf_counter() - t0
             # 1. rollout ------------------------------------------------------------------------------------------
-            if sampler is not model:
-                sampler.load_state_dict(model.state_dict())  # cast into the sampler's precision
+            sampler.sync(model)
             task_ids, group_index = step_task_ids(rng, cfg.n_tasks, cfg.group_size)
-            episodes = run_episodes(sampler, envs, task_ids, group_index, codec, layout=layout, max_turns=max_turns,
+            episodes = run_episodes(sampler.model, envs, task_ids, group_index, codec, layout=layout, max_turns=max_turns,
                                     max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                                     retokenize_between_turns=cfg.retokenize, generator=generator, device=cfg.device)
-            t_rollout = time.perf_counter() - t0
+            t_rollout = time.perf_counter() - t0 - t_eval
             # 2. rewards, advantages, filtering --------------------------------------------------------------------
             per_turn_adv, returns = episode_advantages(episodes, cfg)
             groups = np.array([ep.group_index for ep in episodes])
@@ -242,7 +333,8 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
             train_idx = np.nonzero(keep_episode[ep_of])[0]
             update_stats: list[dict[str, float]] = []
             if len(train_idx):
-                logp_old = recompute_logp(model, batch, train_idx, cfg)  # [n, W]
+                logp_old = (batch.logp_rollout[train_idx] if logp_old_source == "sampler"
+                            else recompute_logp(model, batch, train_idx, cfg))  # [n, W]
                 logp_ref = recompute_logp(reference, batch, train_idx, cfg)  # [n, W]
                 pos = {int(b): i for i, b in enumerate(train_idx)}
                 # 4. updates ---------------------------------------------------------------------------------------
@@ -266,11 +358,15 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
                         grad_norm = torch.nn.utils.clip_grad_norm_(
                             params, cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf"))
                         finite = bool(torch.isfinite(loss)) and bool(torch.isfinite(grad_norm))
-                        if finite:
+                        # A mini-batch without advantage has only the KL term's (or no) gradient, which Adam's
+                        # normalisation would blow up to a full-size step: skip it.
+                        has_signal = bool((adv * mask).abs().sum() > 0)
+                        if finite and has_signal:
                             optimizer.step()
-                        else:  # never apply a NaN/Inf update; the Collector reports the non-finite tokens
+                        elif not finite:  # never apply a NaN/Inf update; the Collector reports the non-finite tokens
                             log(f"step {step} update {update}: non-finite loss/grad, update skipped")
                         stats["nonfinite_update"] = 0.0 if finite else 1.0
+                        stats["skipped_update"] = 0.0 if (finite and has_signal) else 1.0
                         with torch.no_grad():
                             m = mask.sum().clamp_min(1.0)
                             stats.update(loss=float(loss.detach()), grad_norm=float(grad_norm),
@@ -288,13 +384,16 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
             t_update = time.perf_counter() - t1
             # 5. step metrics -----------------------------------------------------------------------------------
             metrics = step_metrics(episodes, batch, keep_episode, groups, update_stats, cfg, use_nalis)
-            metrics.update(rollout_s=t_rollout, update_s=t_update, step_s=time.perf_counter() - t0)
+            metrics.update(eval_metrics)
+            metrics.update(eval_s=t_eval, rollout_s=t_rollout, update_s=t_update, step_s=time.perf_counter() - t0)
             col.record_step(step, metrics=metrics)
             history.append(metrics)
             log(f"step {step:4d} success {metrics['success_rate']:.3f} valid {metrics['valid_format_ratio']:.3f} "
                 f"return {metrics['return_mean']:+.2f} len {metrics['episode_length']:.1f} "
                 f"grad {metrics['grad_norm']:.3f} kl_ref {metrics['kl_ref_k3']:.4f} ent {metrics['entropy']:.3f} "
-                f"nalis {metrics['nalis_masked_frac']:.3f} {metrics['step_s']:.1f}s")
+                f"nalis {metrics['nalis_masked_frac']:.3f} {metrics['step_s']:.1f}s"
+                + (f" | eval success {eval_metrics['eval_success']:.3f} valid {eval_metrics['eval_valid_format']:.3f}"
+                   if eval_metrics else ""))
             if getattr(col, "should_stop", False):
                 log(f"collector asked to stop at step {step}")
                 break
@@ -304,7 +403,8 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
         folder = os.path.join(cfg.out, "model")
         model.save_pretrained(folder)
         codec.tokenizer.save_pretrained(folder)
-    return {"history": history, "wall_s": time.perf_counter() - t_start, "layout": layout}
+    return {"history": history, "wall_s": time.perf_counter() - t_start, "layout": layout,
+            "logp_old_source": logp_old_source}
 
 
 def step_metrics(episodes: list[Episode], batch: Batch, keep_episode: np.ndarray, groups: np.ndarray,
@@ -342,5 +442,6 @@ def step_metrics(episodes: list[Episode], batch: Batch, keep_episode: np.ndarray
         "n_samples": float(batch.token_ids.shape[0]),
         "n_updates": float(len(update_stats)),
         "nonfinite_updates": float(sum(s.get("nonfinite_update", 0.0) for s in update_stats)),
+        "skipped_updates": float(sum(s.get("skipped_update", 0.0) for s in update_stats)),
     }
     return out

@@ -206,7 +206,7 @@ def policy_loss(cfg: Any, logp: torch.Tensor, logp_old: torch.Tensor, advantages
                 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The full training loss of one mini-batch: the algorithm's loss over the (optionally NALIS-masked) tokens plus
     kl_coef * k3 KL to the reference."""
-    mask = mask.to(logp.dtype)
+    mask = kl_mask = mask.to(logp.dtype)
     stats: dict[str, float] = {}
     use_nalis = cfg.resolved_nalis_mask() if hasattr(cfg, "resolved_nalis_mask") else bool(getattr(cfg, "nalis_mask", False))
     if use_nalis:
@@ -220,7 +220,8 @@ def policy_loss(cfg: Any, logp: torch.Tensor, logp_old: torch.Tensor, advantages
     stats.update(loss_stats)
     stats["pg_loss"] = float(loss.detach())
     if logp_ref is not None and cfg.kl_coef > 0:
-        kl = aggregate(k3_kl(logp, logp_ref), mask, cfg.loss_agg)
+        # the KL anchor applies to every sample, also those the low-IS mask drops from the policy-gradient term
+        kl = aggregate(k3_kl(logp, logp_ref), kl_mask, cfg.loss_agg)
         loss = loss + cfg.kl_coef * kl
         stats["kl_loss"] = float(kl.detach())
     return loss, stats

@@ -88,8 +88,12 @@ def sample_responses(model: Any, contexts: Sequence[Sequence[int]], codec: Token
     logps: list[list[float]] = [[] for _ in range(n)]
     finished = torch.zeros(n, dtype=torch.bool, device=device)
     for _ in range(max_new_tokens):
-        logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)  # [N, V]
-        token = torch.multinomial(logp_all.exp().cpu(), 1, generator=generator).to(device)  # [N, 1]
+        if temperature > 0:
+            logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)  # [N, V]
+            token = torch.multinomial(logp_all.exp().cpu(), 1, generator=generator).to(device)  # [N, 1]
+        else:  # greedy (evaluation): the log-probs are those of the untempered distribution
+            logp_all = torch.log_softmax(logits.float(), dim=-1)  # [N, V]
+            token = logp_all.argmax(-1, keepdim=True)  # [N, 1]
         token_logp = torch.gather(logp_all, -1, token).squeeze(-1)  # [N]
         tok_list, lp_list = token.squeeze(-1).tolist(), token_logp.tolist()
         for i in range(n):

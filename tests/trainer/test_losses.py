@@ -182,13 +182,15 @@ def test_policy_loss_applies_nalis_mask_and_k3_kl():
     adv = torch.tensor([-1.0, 1.0], dtype=torch.float64)
     loss, stats = policy_loss(c, lp, old, adv, torch.ones(2, 2), logp_ref=ref)
     assert stats["nalis_masked_frac"] == pytest.approx(0.5)
-    # only sample 1 remains: cispo term -clip(e^0.1, 0, 1.2) * 1 * 0.1 per token, plus 0.5 * mean k3
-    x = np.array([0.2, -0.3])
+    # only sample 1 remains in the policy term: cispo -clip(e^0.1, 0, 1.2) * 1 * 0.1 per token; the k3 KL anchor
+    # still covers every token of both samples: 0.5 * mean k3 over 4 tokens
+    x = np.array([0.5, 0.5, 0.2, -0.3])
     k3 = np.exp(x) - x - 1
     expected = -np.exp(0.1) * 0.1 + 0.5 * k3.mean()
     assert float(loss.detach()) == pytest.approx(expected, rel=1e-9)
     loss.backward()
-    assert lp.grad[0].abs().sum() == 0  # the masked sample gets no gradient at all
+    # the masked sample's gradient is the KL term's alone: d/dlp 0.5/4 * (e^x - x - 1), x = ref - lp
+    np.testing.assert_allclose(lp.grad[0].numpy(), [0.5 / 4 * (1 - np.exp(0.5))] * 2, rtol=1e-9)
 
 
 def test_k3_is_nonnegative_and_matches_formula():

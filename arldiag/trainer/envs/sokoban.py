@@ -18,6 +18,7 @@ generated level is solvable and never starts solved.
 """
 from __future__ import annotations
 
+import functools
 import re
 from collections import deque
 from dataclasses import dataclass
@@ -44,6 +45,9 @@ NL = "\n"  # a word of its own: always written with a space on each side
 INSTRUCTION = ("push the box X onto the target O . you are P . reply "
                "<think> ... </think> <action> up | down | left | right </action>")
 _THINK_WORDS = ("push", "box", "walk", "stuck")
+# full: ARLArena's prompt (instruction, turn counter, the last history_length observation/action pairs, the grid);
+# short: the interior grid only (for fast CPU training; the response format is the same)
+OBS_LAYOUTS = ("full", "short")
 
 # Whitespace is removed before matching, so "< think >" and "<think>" are the same; the think text may be anything
 # that contains no tag, and the action must be exactly one direction.
@@ -101,9 +105,12 @@ class Level:
             return PLAYER_ON if on_target else PLAYER
         return TARGET if on_target else FLOOR
 
-    def render(self) -> str:
-        """The grid as words: cells separated by spaces, rows by the newline word."""
-        return f" {NL} ".join(" ".join(self.symbol((r, c)) for c in range(self.width)) for r in range(self.height))
+    def render(self, interior: bool = False) -> str:
+        """The grid as words: cells separated by spaces, rows by the newline word. ``interior`` leaves out the outer
+        wall ring (always walls)."""
+        k = 1 if interior else 0
+        return f" {NL} ".join(" ".join(self.symbol((r, c)) for c in range(k, self.width - k))
+                              for r in range(k, self.height - k))
 
     def solved(self) -> bool:
         return self.boxes == self.targets
@@ -161,6 +168,7 @@ def format_response(think: str, direction: str) -> str:
     return f"<think> {think} </think> <action> {direction} </action>"
 
 
+@functools.lru_cache(maxsize=4096)  # a step plays each task group_size times; the eval set every few steps
 def generate_level(seed: int, size: int = 6, num_boxes: int = 1, max_walls: int = 2,
                    min_moves: int = 2, max_moves: int = 8, max_tries: int = 10_000) -> Level:
     """A random solvable level, the same for the same arguments.
@@ -207,7 +215,11 @@ class SokobanEnv:
     name = "sokoban"
 
     def __init__(self, max_turns: int = 15, history_length: int = 2, num_boxes: int = 1, max_walls: int = 2,
-                 min_moves: int = 2, max_moves: int = 8):
+                 min_moves: int = 2, max_moves: int = 8, room_size: int = 6, obs_layout: str = "full"):
+        if obs_layout not in OBS_LAYOUTS:
+            raise ValueError(f"obs_layout must be one of {', '.join(OBS_LAYOUTS)}, got {obs_layout!r}")
+        if room_size < 4:
+            raise ValueError(f"room_size must be >= 4 (outer walls included), got {room_size}")
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         if history_length < 0:
@@ -224,6 +236,8 @@ class SokobanEnv:
         self.max_walls = max_walls
         self.min_moves = min_moves
         self.max_moves = max_moves
+        self.room_size = room_size
+        self.obs_layout = obs_layout
         self.level: Optional[Level] = None
         self.turn = 0             # turns taken so far
         self.done = False
@@ -232,8 +246,8 @@ class SokobanEnv:
     def reset(self, seed: int) -> None:
         if not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-        self.reset_level(generate_level(int(seed), num_boxes=self.num_boxes, max_walls=self.max_walls,
-                                        min_moves=self.min_moves, max_moves=self.max_moves))
+        self.reset_level(generate_level(int(seed), size=self.room_size, num_boxes=self.num_boxes,
+                                        max_walls=self.max_walls, min_moves=self.min_moves, max_moves=self.max_moves))
 
     def reset_level(self, level: Level) -> None:
         """Start an episode from a given level (tests, hand-made curricula)."""
@@ -248,6 +262,10 @@ class SokobanEnv:
         return self._require_level().render()
 
     def observation(self) -> str:
+        if self.obs_layout == "short":
+            # The interior grid alone (~20 words instead of ~180): Sokoban is fully observable from the grid, so the
+            # instruction, turn counter and history only make every sample longer (most of a step's compute).
+            return self._require_level().render(interior=True) + f" {NL}"
         grid = self._require_level().render()
         parts = [INSTRUCTION, f"turn {spell_number(self.turn + 1)} of {spell_number(self.max_turns)}"]
         shown = self.history[-self.history_length:] if self.history_length else []
@@ -285,7 +303,14 @@ class SokobanEnv:
         path = solve(level)
         if not path:  # unsolvable (a box pushed into a corner) or already solved: any well-formed move
             return format_response("stuck", "up")
-        d = path[0]
+        return self._move_response(level, path[0])
+
+    def random_response(self, rng: np.random.Generator) -> str:
+        """A well-formed response with a uniformly random direction (noisy demonstrations for behaviour cloning)."""
+        return self._move_response(self._require_level(), list(DIRECTIONS)[int(rng.integers(len(DIRECTIONS)))])
+
+    @staticmethod
+    def _move_response(level: Level, d: str) -> str:
         dr, dc = DIRECTIONS[d]
         pushes = (level.player[0] + dr, level.player[1] + dc) in level.boxes
         return format_response(f"push box {d}" if pushes else f"walk {d}", d)

@@ -1,0 +1,121 @@
+"""The seeded sample-run suite of the reference trainer: one shared setting, several algorithms, seeds 0-4.
+
+    python sample_runs/suite.py list                      # one command per run (copy one to regenerate that run)
+    python sample_runs/suite.py run grpo_s0 cispo_s3      # regenerate some runs
+    python sample_runs/suite.py all [--jobs 2]            # regenerate every run, then the table in README.md
+    python sample_runs/suite.py table                     # only rewrite the table (sample_runs/README.md)
+
+Seeds 0-2 are the dev split and seeds 3-4 the held-out split (run.json config.split, written by the trainer):
+detector thresholds may be tuned on dev runs only. Every run of the suite shares SETTING; runs differ only in the
+algorithm (its preset), the seed, and for ``cispo_nalis`` the negative-advantage low-IS mask. The tool-use run
+``calculator_atpo_drift`` plants two faults on purpose (a bfloat16 sampler and retokenization between turns).
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SEEDS = (0, 1, 2, 3, 4)
+
+# The shared setting (see sample_runs/README.md for why each value): short Sokoban prompts, a weak behaviour-cloned
+# start, 16 tasks x 8 rollouts, and an off-policy source (8 mini-batches, 2 epochs) under which tolerant clipping
+# learns and then breaks.
+SETTING = dict(env="sokoban", obs_layout="short", max_turns=10, max_moves=6, n_tasks=16, group_size=8,
+               hidden_size=128, lr=1e-4, n_minibatches=8, ppo_epochs=2, steps=200, eval_every=10, eval_tasks=64,
+               token_sample_rate=0.01, threads=1)
+
+# name -> (algorithm, extra options). The mask delta is ARLArena's default 0.223 unless the table says otherwise.
+ALGORITHM_RUNS: dict[str, tuple[str, dict]] = {
+    "grpo": ("grpo", {}),
+    "cispo": ("cispo", {}),
+    "cispo_nalis": ("cispo", {"nalis_mask": True}),
+    "sapo": ("sapo", {}),
+    "gspo": ("gspo", {}),
+    "sampo": ("sampo", {}),
+}
+EXTRA_RUNS: dict[str, tuple[str, dict]] = {
+    "calculator_atpo_drift": ("atpo", dict(env="calculator", steps=60, seed=0, hidden_size=64, n_tasks=8, group_size=8,
+                                           lr=1e-4, n_minibatches=4, retokenize=True, rollout_dtype="bfloat16",
+                                           token_sample_rate=0.05, threads=1, eval_every=10, eval_tasks=32)),
+}
+
+
+def runs() -> dict[str, list[str]]:
+    """run name -> the `arldiag train` argument list that produces it."""
+    out: dict[str, list[str]] = {}
+    for base, (algo, extra) in ALGORITHM_RUNS.items():
+        for seed in SEEDS:
+            name = f"{base}_s{seed}"
+            out[name] = train_args(name, algo, {**SETTING, **extra, "seed": seed})
+    for name, (algo, options) in EXTRA_RUNS.items():
+        out[name] = train_args(name, algo, options)
+    return out
+
+
+def train_args(name: str, algo: str, options: dict) -> list[str]:
+    args = ["arldiag", "train", "--algo", algo, "--out", f"sample_runs/{name}", "--name", name]
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            args.append(flag)
+        elif value is False:
+            args.append("--no-" + key.replace("_", "-"))
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+def run_one(name: str, args: list[str]) -> tuple[str, int, float]:
+    """Train one run (its log next to it), then compact its parts. Returns (name, exit code, seconds)."""
+    root = HERE.parent
+    subprocess.run(["rm", "-rf", str(HERE / name)], check=True)
+    t0 = time.perf_counter()
+    with open(HERE / f"{name}.log", "w") as log:
+        code = subprocess.call(args, cwd=root, stdout=log, stderr=subprocess.STDOUT)
+    if code == 0:
+        code = subprocess.call(["arldiag", "compact", f"sample_runs/{name}"], cwd=root, stdout=subprocess.DEVNULL)
+    return name, code, time.perf_counter() - t0
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", choices=("list", "run", "all", "table"))
+    p.add_argument("names", nargs="*", help="run names (with `run`)")
+    p.add_argument("--jobs", type=int, default=2, help="runs trained at the same time (one CPU thread each)")
+    a = p.parse_args(argv)
+    table = runs()
+    if a.what == "list":
+        for name, args in table.items():
+            print(shlex.join(args))
+        return 0
+    if a.what == "table":
+        from summarize import write_table  # sample_runs/summarize.py, next to this file
+
+        write_table()
+        return 0
+    names = list(table) if a.what == "all" else a.names
+    unknown = [n for n in names if n not in table]
+    if unknown or not names:
+        print(f"suite: unknown run name(s) {', '.join(unknown) or '(none given)'}; `suite.py list` shows them")
+        return 2
+    failed = 0
+    with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+        for name, code, seconds in pool.map(lambda n: run_one(n, table[n]), names):
+            print(f"{name}: {'ok' if code == 0 else f'FAILED (exit {code})'} in {seconds / 60:.1f} min", flush=True)
+            failed += code != 0
+    if a.what == "all":
+        from summarize import write_table
+
+        write_table()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(HERE))
+    sys.exit(main(sys.argv[1:]))
