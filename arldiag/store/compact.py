@@ -34,6 +34,18 @@ def _recover(d: Path) -> None:
         tmp.unlink()
 
 
+ARCHIVE_COMPRESSION = {"compression": "zstd", "compression_level": 15}
+SORT_KEYS = ("step", "update", "sample_id", "turn", "pos")  # the row identity of every table, coarse to fine
+
+
+def _sorted_by_keys(data):
+    """Rows in key order: the writer emits each update's rows in mini-batch (shuffled) order, so sorted id columns
+    delta-encode to almost nothing (sequences 38 -> about 31 bytes per row on the sample runs). Readers never rely
+    on row order."""
+    keys = [(k, "ascending") for k in SORT_KEYS if k in data.column_names]
+    return data.sort_by(keys) if keys else data
+
+
 def compact_table(d: Path) -> tuple[int, int, int, int]:
     """Merge the parts of each rank in table folder ``d``. Returns (parts before, parts after, bytes before,
     bytes after)."""
@@ -55,10 +67,13 @@ def compact_table(d: Path) -> tuple[int, int, int, int]:
             n1, b1 = n1 + 1, b1 + size
             continue
         data = pa.concat_tables([pq.read_table(p) for _, p in parts], promote_options="default")
+        data = _sorted_by_keys(data)
         # the last part number: a resumed run appends after it (writer.next_part_numbers)
         final = d / f"rank{rank:05d}-part{parts[-1][0] + 1:06d}.parquet"
         tmp = final.with_name(final.name + ".tmp")
-        pq.write_table(data, tmp, **parquet_options(d.name, data.schema))
+        # a finished run is written once and read many times: trade write speed for size (zstd 15 instead of the
+        # writer's zstd 1 / LZ4, about 10 % smaller sequences; the encodings stay the writer's)
+        pq.write_table(data, tmp, **{**parquet_options(d.name, data.schema), **ARCHIVE_COMPRESSION})
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         write_json_atomic(d / JOURNAL, {"old": [p.name for _, p in parts], "new": final.name})
