@@ -24,8 +24,10 @@ def trained(tmp_path_factory):
     from arldiag.collectors.trl_grpo import ArldiagGRPOTrainer
 
     tmp = tmp_path_factory.mktemp("trl")
-    tr = grpo_trainer(str(tmp / "out"), cls=ArldiagGRPOTrainer, trainer_kwargs={"arldiag_run": str(tmp / "run")})
+    tr = grpo_trainer(str(tmp / "out"), cls=ArldiagGRPOTrainer, trainer_kwargs={"arldiag_run": str(tmp / "run")},
+                      log_completions=True)
     tr.train()
+    tr.state.save_to_json(str(tmp / "out" / "trainer_state.json"))
     return tr, arldiag.open_run(tmp / "run")
 
 
@@ -63,3 +65,27 @@ def test_sequences_link_to_groups_and_rewards(trained):
     loss = run.sql("select step, loss from steps order by step").fetchall()
     assert np.allclose([v for _, v in loss], [h["loss"] for h in tr.state.log_history if "loss" in h])
     assert run.manifest["algorithm"] == "dapo" and run.manifest["status"] == "finished"
+
+
+def test_import_trl_state_and_completions_written_by_trl(trained, tmp_path, capsys):
+    """The importers on TRL's own files from the same training: trainer_state.json and completions/*.parquet."""
+    from arldiag.cli import main as cli
+
+    tr, run = trained
+    out_dir = tr.args.output_dir
+    assert cli(["import", "trl-state", f"{out_dir}/trainer_state.json", "--out", str(tmp_path / "state")]) == 0
+    imp = arldiag.open_run(tmp_path / "state")
+    for step, low, ent in imp.sql("select step, clip_ratio_low_mean, entropy from steps order by step").fetchall():
+        h = next(h for h in tr.state.log_history if h.get("step") == step and "entropy" in h)
+        assert low == pytest.approx(h["clip_ratio/low_mean"]) and ent == pytest.approx(h["entropy"])
+    assert cli(["import", "trl-completions", f"{out_dir}/completions", "--out", str(tmp_path / "comp")]) == 0
+    assert "reward = sum of reward_yes" in capsys.readouterr().err
+    comp = arldiag.open_run(tmp_path / "comp")
+    got = dict(comp.sql("select step, reward_mean from steps").fetchall())
+    # the generation steps (1 and 3); step 2 reused step 1's batch and is not repeated
+    assert sorted(got) == [1, 3]
+    for step, mean in got.items():
+        h = next(h for h in tr.state.log_history if h.get("step") == step and "reward" in h)
+        assert mean == pytest.approx(h["reward"], rel=1e-5)
+    n_groups = comp.sql("select count(*) from groups where step = 1").fetchone()[0]
+    assert n_groups == 8 // tr.num_generations
