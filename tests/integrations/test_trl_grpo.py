@@ -87,5 +87,5 @@ def test_import_trl_state_and_completions_written_by_trl(trained, tmp_path, caps
     for step, mean in got.items():
         h = next(h for h in tr.state.log_history if h.get("step") == step and "reward" in h)
         assert mean == pytest.approx(h["reward"], rel=1e-5)
-    n_groups = comp.sql("select count(*) from groups where step = 1").fetchone()[0]
+    n_groups = comp.sql("select count(*) from groups where step = 1").fetchall()[0][0]
     assert n_groups == 8 // tr.num_generations
