@@ -8,6 +8,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
+from integrations.need import need
+
 from arldiag.alerts import Alert
 from arldiag.channels import DiscordSink, EmailSink, SlackSink, check_template, render
 
@@ -117,7 +119,7 @@ def test_templates_are_checked_before_sending():
 
 
 def test_email_over_local_smtp_with_critical_recipients():
-    aiosmtpd = pytest.importorskip("aiosmtpd.controller")
+    aiosmtpd = need("aiosmtpd.controller")  # a real SMTP server on 127.0.0.1 (test extra; required in CI)
     got = []
 
     class Handler:
