@@ -20,7 +20,8 @@ its Ray workers, so the loss modes exist wherever verl looks them up.
 Where: ``$ARLDIAG_RUN`` (the run folder; each rank writes its own parts). Without it nothing is recorded (a warning
 says so once) and the loss is verl's, unchanged. Steps: verl does not pass the trainer's step to the loss, so a step
 is one call of the worker's ``update_actor`` (found on the call stack; counted from 1 like verl's ``global_steps``),
-or what ``set_step(n)`` said last (custom loops, tests).
+or what ``set_step(n)`` said last (custom loops, tests). Loss calls outside both (verl's eval-mode loss) are not
+recorded.
 """
 from __future__ import annotations
 
@@ -64,20 +65,21 @@ class VerlLossRecorder:
         """Record the following calls under ``step`` (overrides the update_actor count)."""
         self._explicit_step = int(step)
 
-    def _current_step(self) -> int:
+    def _current_step(self) -> int | None:
+        """The step of this call, or None when it is not a training update: no ``set_step`` and no ``update_actor``
+        on the stack (verl also evaluates the loss in eval mode, e.g. for SFT metrics)."""
         if self._explicit_step is not None:
             return self._explicit_step
         data = _update_actor_data()
         if data is None:
-            return self.step if self.step is not None else 0
-        same = self._update_ref is not None and self._update_ref() is data
-        if not same:
+            return None
+        if self._update_ref is None or self._update_ref() is not data:  # a new update_actor call: a new step
             try:
                 self._update_ref = weakref.ref(data)
             except TypeError:  # not weak-referenceable: hold it until the next update_actor call
                 self._update_ref = (lambda d=data: d)
             return (self.step or 0) + 1
-        return self.step if self.step is not None else 1
+        return self.step
 
     def _open(self, config: Any, inner: str) -> Any:
         if self.collector is not None:
@@ -120,6 +122,8 @@ class VerlLossRecorder:
     def _record(self, col, old_log_prob, log_prob, advantages, response_mask, pg_metrics, extra) -> None:
         with self._lock:
             step = self._current_step()
+            if step is None:
+                return
             if step != self.step:
                 self._finish_step()
                 self.step, self._updates = step, 0

@@ -31,7 +31,7 @@ def test_attach_verl_config_sets_loss_mode_and_run(tmp_path, monkeypatch):
 
     from arldiag.collectors import verl_loss
 
-    monkeypatch.delenv(verl_loss.RUN_ENV, raising=False)
+    monkeypatch.setenv(verl_loss.RUN_ENV, "")  # so that teardown removes what attach sets
     cfg = OmegaConf.create({"actor_rollout_ref": {"actor": {"policy_loss": {"loss_mode": "gspo"}}}})
     att = arldiag.attach(cfg, tmp_path / "v", quiet=True)
     assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "arldiag_gspo"

@@ -88,8 +88,9 @@ def test_recorded_statistics_equal_verl_metrics(verl, mode, tmp_path):
 
 
 def test_env_run_step_per_update_actor_and_caller_tensors(verl, tmp_path, monkeypatch):
-    """No collector given: $ARLDIAG_RUN opens one; each update_actor call is a step; entropy and ref_log_prob come
-    from the caller's locals (as in verl's ppo_loss)."""
+    """No collector given: $ARLDIAG_RUN opens one; each update_actor call is a step (a loss call outside one, like
+    verl's eval-mode loss, is not recorded); entropy and ref_log_prob come from the caller's locals (as in verl's
+    ppo_loss)."""
     core_algos, cfg = verl
     monkeypatch.setenv(verl_loss.RUN_ENV, str(tmp_path / "env"))
     monkeypatch.setenv(verl_loss.INNER_ENV, "gspo")
@@ -108,6 +109,9 @@ def test_env_run_step_per_update_actor_and_caller_tensors(verl, tmp_path, monkey
     def update_actor(data):  # one call per training step in verl's worker
         return ppo_loss(data)
 
+    old, new, adv, mask = batch(g)
+    ppo_loss({"old_log_probs": old, "log_prob": new, "advantages": adv, "response_mask": mask})  # eval: no step
+    entropies.clear()
     for _ in range(3):
         old, new, adv, mask = batch(g)
         update_actor({"old_log_probs": old, "log_prob": new, "advantages": adv, "response_mask": mask,
