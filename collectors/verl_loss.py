@@ -96,8 +96,10 @@ class VerlLossRecorder:
         low, high = band(config)
         rank, world = _rank()
         self.collector = Collector(run_dir, config={"framework": "verl", "loss_mode": inner}, clip=(low, high),
-                                   algorithm=inner, rank=rank, world_size=world,
+                                   algorithm=inner, rank=rank, world_size=world, flush_every=1,
                                    dual_clip_c=float(_get(config, "clip_ratio_c", 3.0)))
+        # Ray may end a worker without running exit handlers: steps are published as they finish (flush_every=1);
+        # the last step is finalised by close(), at exit when the process exits normally
         import atexit
 
         atexit.register(self.close)
