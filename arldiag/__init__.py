@@ -7,7 +7,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["Collector", "Monitor", "open_run", "detect", "__version__"]
+__all__ = ["Collector", "Monitor", "open_run", "detect", "attach", "__version__"]
 
 
 def __getattr__(name: str):  # PEP 562: lazy public names, no side effects at import
@@ -23,6 +23,10 @@ def __getattr__(name: str):  # PEP 562: lazy public names, no side effects at im
         from arldiag.detectors import detect
 
         return detect
+    if name == "attach":
+        from arldiag.wiring import attach
+
+        return attach
     if name == "Monitor":
         from arldiag.monitor import Monitor
 

@@ -134,21 +134,20 @@ class WandbSink:
                     level=level, wait_duration=self.wait_duration)
 
 
-class WebhookSink:
-    """POST each alert as JSON to ``url`` from a daemon thread. The caller only enqueues (a full queue drops the
-    alert and counts it), so a slow or dead endpoint never blocks training. Each POST has ``timeout`` seconds and
-    up to ``retries`` retries with exponential backoff."""
+class BackgroundSink:
+    """Deliver alerts from a daemon thread. The caller only enqueues (a full queue drops the alert and counts it),
+    so a slow or dead endpoint never blocks training. Each delivery gets up to ``retries`` retries with exponential
+    backoff; ``sent``/``failed``/``dropped`` count the outcomes. Subclasses implement ``_deliver(item)`` (raise on
+    failure) and ``_item(alert)`` (what to queue: built in the caller's thread, so a bad template fails there)."""
 
-    def __init__(self, url: str, timeout: float = 5.0, retries: int = 3, backoff: float = 0.5,
-                 min_severity: str = "warning", headers: dict[str, str] | None = None, queue_size: int = 100):
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ValueError(f"url must be an http(s) URL, got {url!r}")
-        if timeout <= 0 or retries < 0:
-            raise ValueError("timeout must be > 0 and retries >= 0")
-        self.url, self.timeout, self.retries, self.backoff = url, float(timeout), int(retries), float(backoff)
-        self.min_severity = min_severity
-        self.headers = {"Content-Type": "application/json", **(headers or {})}
+    thread_name = "arldiag-sink"
+
+    def __init__(self, retries: int = 3, backoff: float = 0.5, min_severity: str = "warning", queue_size: int = 100):
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        self.retries, self.backoff, self.min_severity = int(retries), float(backoff), min_severity
         self.sent = self.failed = self.dropped = 0
+        self.last_error: str | None = None
         self._q: queue.Queue = queue.Queue(maxsize=queue_size)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -156,16 +155,23 @@ class WebhookSink:
     def __call__(self, alert: Alert) -> None:
         if not _at_least(alert, self.min_severity):
             return
+        item = self._item(alert)
         self._ensure_thread()
         try:
-            self._q.put_nowait(alert.to_dict())
+            self._q.put_nowait(item)
         except queue.Full:
             self.dropped += 1
+
+    def _item(self, alert: Alert) -> Any:
+        return alert.to_dict()
+
+    def _deliver(self, item: Any) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
 
     def _ensure_thread(self) -> None:
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="arldiag-webhook", daemon=True)
+                self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
                 self._thread.start()
 
     def _run(self) -> None:
@@ -174,20 +180,18 @@ class WebhookSink:
             if item is None:
                 self._q.task_done()
                 return
-            self._post(item)
+            self._attempt(item)
             self._q.task_done()
 
-    def _post(self, payload: dict) -> None:
-        body = json.dumps(payload, default=str).encode()
+    def _attempt(self, item: Any) -> None:
         for attempt in range(self.retries + 1):
             try:
-                req = urllib.request.Request(self.url, data=body, headers=self.headers, method="POST")
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310 - user-given URL
-                    if 200 <= resp.status < 300:
-                        self.sent += 1
-                        return
-            except Exception as exc:  # noqa: BLE001 - network errors are retried, then counted
-                log.debug("arldiag webhook attempt %d failed: %s", attempt + 1, exc)
+                self._deliver(item)
+                self.sent += 1
+                return
+            except Exception as exc:  # noqa: BLE001 - delivery errors are retried, then counted
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.debug("arldiag %s attempt %d failed: %s", self.thread_name, attempt + 1, exc)
             if attempt < self.retries:
                 time.sleep(self.backoff * 2 ** attempt)
         self.failed += 1
@@ -203,6 +207,35 @@ class WebhookSink:
             self._q.put_nowait(None)
         except queue.Full:
             pass
+
+
+class WebhookSink(BackgroundSink):
+    """POST each alert as JSON to ``url`` (``payload(alert)``, default the alert's fields) from a daemon thread, with
+    ``timeout`` seconds per POST (see BackgroundSink for retries and counters)."""
+
+    thread_name = "arldiag-webhook"
+
+    def __init__(self, url: str, timeout: float = 5.0, retries: int = 3, backoff: float = 0.5,
+                 min_severity: str = "warning", headers: dict[str, str] | None = None, queue_size: int = 100,
+                 payload: Callable[[Alert], dict] | None = None):
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ValueError(f"url must be an http(s) URL, got {url!r}")
+        if timeout <= 0 or retries < 0:
+            raise ValueError("timeout must be > 0 and retries >= 0")
+        super().__init__(retries, backoff, min_severity, queue_size)
+        self.url, self.timeout = url, float(timeout)
+        self.headers = {"Content-Type": "application/json", **(headers or {})}
+        self.payload = payload
+
+    def _item(self, alert: Alert) -> Any:
+        return alert.to_dict() if self.payload is None else self.payload(alert)
+
+    def _deliver(self, payload: dict) -> None:
+        body = json.dumps(payload, default=str).encode()
+        req = urllib.request.Request(self.url, data=body, headers=self.headers, method="POST")
+        with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310 - user-given URL
+            if not 200 <= resp.status < 300:
+                raise OSError(f"HTTP {resp.status}")
 
 
 class CallbackSink:

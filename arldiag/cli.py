@@ -13,7 +13,8 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("arldiag.commands.info", "print a run's manifest and table row counts"),
     "query": ("arldiag.commands.query", "run SQL over a run's DuckDB views"),
-    "import": ("arldiag.commands.import_steps", "import step-level metrics (CSV/JSONL) into a run store"),
+    "import": ("arldiag.commands.import_steps", "import logs (CSV/JSONL, verl, TRL, TensorBoard, wandb) into a run store"),
+    "init": ("arldiag.commands.init", "write an arldiag.toml with every default and its meaning"),
     "compact": ("arldiag.commands.compact", "merge a finished run's parts into one file per table and rank"),
     "train": ("arldiag.trainer.cli", "train with the reference trainer (SAMPO and baselines)"),
     "detect": ("arldiag.commands.detect", "run the collapse detectors over a run"),

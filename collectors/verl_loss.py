@@ -1,0 +1,233 @@
+"""verl without a fork: a policy-loss mode that delegates to verl's own loss and records the tensors it sees.
+
+verl picks the actor's policy loss by name from a registry (``verl.trainer.ppo.core_algos.register_policy_loss`` /
+``get_policy_loss_fn``, config key ``actor_rollout_ref.actor.policy_loss.loss_mode``). ``register()`` adds
+
+- ``arldiag``: delegates to the loss named by ``$ARLDIAG_VERL_INNER_LOSS`` (default ``vanilla``);
+- ``arldiag_<mode>`` for every mode registered at that time (``arldiag_gspo``, ``arldiag_cispo``, ...),
+
+each computing verl's loss unchanged and recording, per call (one verl micro-batch), ``log_prob``, ``old_log_prob``,
+``advantages`` and ``response_mask`` through ``Collector.record_update``, plus the actor's ``entropy`` and
+``ref_log_prob`` when the caller (verl's ``ppo_loss``) has them: verl hands the policy loss only the four tensors, so
+the other two are read from the calling frame's locals (checked by name and shape, skipped otherwise). The metrics
+the inner loss returns (``actor/pg_clipfrac``, ``actor/ppo_kl``, ...) are averaged over the step's calls, as verl
+averages them, and recorded as step metrics.
+
+arldiag's package declares a ``verl.plugins`` entry point (``arldiag.collectors.verl_plugin``), which verl imports
+in every process when ``verl`` is imported (verl >= 0.7, ``VERL_USE_EXTERNAL_PLUGINS=auto`` by default), including
+its Ray workers, so the loss modes exist wherever verl looks them up.
+
+Where: ``$ARLDIAG_RUN`` (the run folder; each rank writes its own parts). Without it nothing is recorded (a warning
+says so once) and the loss is verl's, unchanged. Steps: verl does not pass the trainer's step to the loss, so a step
+is one call of the worker's ``update_actor`` (found on the call stack; counted from 1 like verl's ``global_steps``),
+or what ``set_step(n)`` said last (custom loops, tests). Loss calls outside both (verl's eval-mode loss) are not
+recorded.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+import weakref
+from typing import Any
+
+LOSS_MODE = "arldiag"
+INNER_ENV = "ARLDIAG_VERL_INNER_LOSS"
+RUN_ENV = "ARLDIAG_RUN"
+_CALLER_TENSORS = ("entropy", "ref_log_prob")
+
+
+def _rank() -> tuple[int, int]:
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+class VerlLossRecorder:
+    """One per process. ``collector`` may be given (tests, custom loops); otherwise one is opened at ``$ARLDIAG_RUN``
+    on the first call, with the band of the actor config (clip_ratio_low/high, clip_ratio_c)."""
+
+    def __init__(self, collector: Any = None, run_dir: str | None = None):
+        self.collector = collector
+        self.run_dir = run_dir
+        self.step: int | None = None
+        self._explicit_step: int | None = None
+        self._update_ref: Any = None
+        self._updates = 0
+        self._metrics: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
+        self._warned = False
+
+    # ------------------------------------------------------------------ step bookkeeping
+    def set_step(self, step: int) -> None:
+        """Record the following calls under ``step`` (overrides the update_actor count)."""
+        self._explicit_step = int(step)
+
+    def _current_step(self) -> int | None:
+        """The step of this call, or None when it is not a training update: no ``set_step`` and no ``update_actor``
+        on the stack (verl also evaluates the loss in eval mode, e.g. for SFT metrics)."""
+        if self._explicit_step is not None:
+            return self._explicit_step
+        data = _update_actor_data()
+        if data is None:
+            return None
+        if self._update_ref is None or self._update_ref() is not data:  # a new update_actor call: a new step
+            try:
+                self._update_ref = weakref.ref(data)
+            except TypeError:  # not weak-referenceable: hold it until the next update_actor call
+                self._update_ref = (lambda d=data: d)
+            return (self.step or 0) + 1
+        return self.step
+
+    def _open(self, config: Any, inner: str) -> Any:
+        if self.collector is not None:
+            return self.collector
+        run_dir = self.run_dir or os.environ.get(RUN_ENV)
+        if not run_dir:
+            if not self._warned:
+                self._warned = True
+                warnings.warn(f"arldiag: loss mode {LOSS_MODE!r} is active but ${RUN_ENV} is not set; nothing is "
+                              f"recorded (verl's {inner!r} loss runs unchanged)", RuntimeWarning, stacklevel=3)
+            return None
+        from arldiag.collectors.collector import Collector
+
+        low, high = band(config)
+        rank, world = _rank()
+        self.collector = Collector(run_dir, config={"framework": "verl", "loss_mode": inner}, clip=(low, high),
+                                   algorithm=inner, rank=rank, world_size=world, flush_every=1,
+                                   dual_clip_c=float(_get(config, "clip_ratio_c", 3.0)))
+        # Ray may end a worker without running exit handlers: steps are published as they finish (flush_every=1);
+        # the last step is finalised by close(), at exit when the process exits normally
+        import atexit
+
+        atexit.register(self.close)
+        return self.collector
+
+    # ------------------------------------------------------------------ the loss
+    def loss(self, inner: str, old_log_prob, log_prob, advantages, response_mask, **kwargs):
+        """verl's ``inner`` loss on the same arguments (keyword arguments passed through as given, so each loss keeps
+        its own defaults, e.g. GSPO's seq-mean-token-mean), then the recording."""
+        from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+        pg_loss, pg_metrics = get_policy_loss_fn(inner)(
+            old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages, response_mask=response_mask,
+            **kwargs)
+        extra = _caller_tensors(response_mask.shape)
+        col = self._open(kwargs.get("config"), inner)
+        if col is not None:
+            col._guard("verl loss", self._record, col, old_log_prob, log_prob, advantages, response_mask,
+                       pg_metrics, extra)
+        return pg_loss, pg_metrics
+
+    def _record(self, col, old_log_prob, log_prob, advantages, response_mask, pg_metrics, extra) -> None:
+        with self._lock:
+            step = self._current_step()
+            if step is None:
+                return
+            if step != self.step:
+                self._finish_step()
+                self.step, self._updates = step, 0
+            col.record_update(step, self._updates, logp=log_prob.detach(), logp_old=old_log_prob,
+                              advantages=advantages, response_mask=response_mask,
+                              entropy=extra.get("entropy"), logp_ref=extra.get("ref_log_prob"))
+            self._updates += 1
+            for k, v in pg_metrics.items():
+                v = getattr(v, "value", v)  # verl may wrap values in a Metric
+                try:
+                    self._metrics.setdefault(k, []).append(float(v))
+                except (TypeError, ValueError):
+                    pass
+
+    def _finish_step(self) -> None:
+        if self.step is None or self.collector is None:
+            return
+        metrics = {k: sum(v) / len(v) for k, v in self._metrics.items() if v}
+        self._metrics = {}
+        self.collector.record_step(self.step, metrics)
+
+    def close(self) -> None:
+        with self._lock:
+            self._finish_step()
+            self.step = None
+            if self.collector is not None:
+                self.collector.close()
+
+
+def _get(config: Any, key: str, default: Any) -> Any:
+    if config is None:
+        return default
+    getter = getattr(config, "get", None)
+    v = getter(key, default) if getter is not None else getattr(config, key, default)
+    return default if v is None else v
+
+
+def band(config: Any) -> tuple[float, float]:
+    """verl's token band: clip_ratio_low/high, each defaulting to clip_ratio (0.2)."""
+    base = float(_get(config, "clip_ratio", 0.2))
+    return float(_get(config, "clip_ratio_low", base)), float(_get(config, "clip_ratio_high", base))
+
+
+def _update_actor_data() -> Any:
+    """The ``data`` argument of the nearest ``update_actor`` frame on the stack (one per training step), or None."""
+    f = sys._getframe(2)
+    while f is not None:
+        if f.f_code.co_name == "update_actor" and "data" in f.f_locals:
+            return f.f_locals["data"]
+        f = f.f_back
+    return None
+
+
+def _caller_tensors(shape) -> dict[str, Any]:
+    """``entropy`` and ``ref_log_prob`` from verl's ``ppo_loss`` frame (the policy loss's caller), when present and
+    shaped like the response mask. verl's loss interface does not pass them (see the module docstring)."""
+    f = sys._getframe(3)  # _caller_tensors <- loss <- registered fn <- ppo_loss
+    out: dict[str, Any] = {}
+    for _ in range(3):
+        if f is None:
+            break
+        loc = f.f_locals
+        ent = loc.get("entropy")
+        if ent is not None and getattr(ent, "shape", None) == shape:
+            out["entropy"] = ent.detach()
+        data = loc.get("data")
+        if data is not None and hasattr(data, "get"):
+            try:
+                ref = data.get("ref_log_prob", None)
+            except Exception:  # noqa: BLE001 - not a mapping of tensors
+                ref = None
+            if ref is not None and getattr(ref, "shape", None) == shape:
+                out["ref_log_prob"] = ref
+        if out:
+            break
+        f = f.f_back
+    return out
+
+
+RECORDER = VerlLossRecorder()
+
+
+def _mode_fn(inner: str | None):
+    def fn(old_log_prob, log_prob, advantages, response_mask, **kwargs):
+        name = inner or os.environ.get(INNER_ENV, "vanilla")
+        return RECORDER.loss(name, old_log_prob, log_prob, advantages, response_mask, **kwargs)
+
+    fn.__name__ = f"arldiag_{inner or 'env'}_policy_loss"
+    fn.__doc__ = f"verl's {inner or '$' + INNER_ENV} policy loss, recorded by arldiag."
+    return fn
+
+
+def register() -> list[str]:
+    """Register ``arldiag`` and ``arldiag_<mode>`` for every policy loss verl has now; returns the new names."""
+    from verl.trainer.ppo import core_algos
+
+    names = []
+    for mode in [None] + sorted(core_algos.POLICY_LOSS_REGISTRY):
+        if mode is not None and mode.startswith(LOSS_MODE):
+            continue
+        name = LOSS_MODE if mode is None else f"{LOSS_MODE}_{mode}"
+        if name not in core_algos.POLICY_LOSS_REGISTRY:
+            core_algos.register_policy_loss(name)(_mode_fn(mode))
+            names.append(name)
+    return names
