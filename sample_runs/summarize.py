@@ -94,7 +94,12 @@ def tables(rows: list[dict]) -> str:
 
 
 def suite_runs() -> list[Path]:
-    return sorted(p for p in HERE.iterdir() if (p / "run.json").exists())
+    """The runs of the seeded suite: those whose run.json carries a split (written by the v2 trainer)."""
+    out = []
+    for p in sorted(HERE.iterdir()):
+        if (p / "run.json").exists() and "split" in json.loads((p / "run.json").read_text()).get("config", {}):
+            out.append(p)
+    return out
 
 
 def write_table(dirs: list[Path] | None = None) -> str:

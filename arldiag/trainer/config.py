@@ -86,7 +86,9 @@ class TrainConfig:
     eval_every: int = _f(10, "evaluate on the fixed evaluation set every this many steps (and at the first and last "
                          "step), logged as eval_success / eval_valid_format / eval_return; 0 disables")
     eval_tasks: int = _f(64, "size of the fixed evaluation set (the same task seeds for every run and seed)")
-    eval_temperature: float = _f(0.0, "sampling temperature of the evaluation episodes; 0 is greedy")
+    eval_temperature: float = _f(1.0, "sampling temperature of the evaluation episodes (1: the policy being trained; "
+                                 "0: greedy, which can loop where sampling escapes); its generator is seeded, so the "
+                                 "same weights give the same score")
     # --- model -----------------------------------------------------------------------------------------------------
     model: str = _f("tiny-qwen3", "tiny-qwen3 | tiny-llama (built from a config, local word-level tokenizer) or a local "
                     "path to a pretrained causal LM and its tokenizer (never downloaded)")

@@ -228,8 +228,9 @@ def resolve_logp_old_source(cfg: TrainConfig, sampler_is_policy: bool) -> str:
 
 def evaluate(model: Any, envs: list[Any], codec: TokenCodec, cfg: TrainConfig, layout: str, max_turns: int
              ) -> dict[str, float]:
-    """Success on the fixed evaluation set (``eval_tasks`` task seeds drawn from EVAL_SEED), greedy by default, so
-    learning and collapse are measured without the batch's sampling noise."""
+    """Success on the fixed evaluation set (``eval_tasks`` task seeds drawn from EVAL_SEED, sampled with a generator
+    seeded by EVAL_SEED), so learning and collapse are measured on the same tasks at every step and for every run,
+    without the batch's task noise."""
     tasks = np.random.default_rng(EVAL_SEED).integers(0, 2**31 - 1, size=len(envs))
     episodes = run_episodes(model, envs, tasks, np.arange(len(envs)), codec, layout=layout, max_turns=max_turns,
                             max_new_tokens=cfg.max_new_tokens, temperature=cfg.eval_temperature,
