@@ -202,7 +202,8 @@ def import_trl_completions(path: str, out: str, name: str | None = None, algorit
             rows = steps[step]
             rewards = np.array([sum(np.nan if r[c] is None else float(r[c]) for c in cols) for r in rows]) \
                 if cols else None
-            # TRL repeats each prompt num_generations times in a batch: same prompt text = same group
+            # TRL repeats each prompt num_generations times in a batch: same prompt text = same group (a prompt
+            # drawn twice into one batch becomes one group: the file does not say which copy a completion answers)
             groups = stable_ids([f"{step}\x00{r['prompt']}" for r in rows])
             col.record_rollout(step, sample_ids=(np.int64(step) << np.int64(32)) + np.arange(len(rows)),
                                group_ids=groups, rewards=rewards, texts=[str(r["completion"]) for r in rows])

@@ -49,11 +49,7 @@ def grpo_trainer(out_dir: str, cls=None, max_steps: int = 3, beta: float = 0.04,
     model_dir = os.path.join(out_dir, "tiny-qwen3")
     model.save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
-    # 16 distinct prompts: a group is one prompt's num_generations completions (the completions importer groups by
-    # prompt text within a step)
-    prompts = [f"{a} {b} {c}" for a in ("say", "please") for b in ("yes", "no")
-               for c in ("now", "ok", "maybe", "please")]
-    ds = Dataset.from_dict({"prompt": prompts})
+    ds = Dataset.from_dict({"prompt": ["say yes", "say no", "say yes please", "say no now"] * 4})
     args = GRPOConfig(output_dir=out_dir, per_device_train_batch_size=8, num_generations=4,
                       gradient_accumulation_steps=1, num_iterations=2, max_completion_length=6, max_steps=max_steps,
                       learning_rate=5e-2, beta=beta, epsilon=0.1, loss_type=loss_type, logging_steps=1,
