@@ -26,7 +26,8 @@ from arldiag.schema import (GROUPS, SCHEMA_VERSION, SEQUENCES, STEP_AGGS, TOKENS
                             USER_METRIC_PREFIX, arrow_schema, derive_step_metrics)
 from arldiag.stats import Bands, UpdateInputs, compute_update, splitmix_unit, top_share
 from arldiag.store.writer import StoreWriter, write_json_atomic
-from arldiag.collectors.convert import as_array, check_shape
+from arldiag.backends import is_torch
+from arldiag.collectors.convert import as_array, as_device_array, check_shape, row_counts
 
 log = logging.getLogger("arldiag")
 
@@ -241,35 +242,37 @@ class Collector:
         """Record one policy update (PPO epoch x mini-batch) of ``step``. Tensors: padded [B, T] with the loss
         mask ``response_mask``; ``advantages`` [B] or [B, T]; ``turn_ids`` [B] or [B, T]. Returns this update's
         raw aggregates (handy for logging)."""
-        mask = as_array(response_mask, "response_mask", np.bool_)
+        # torch input stays on its device: the statistics run there (arldiag/backends.py)
+        conv = as_device_array if is_torch(logp) else as_array
+        mask = conv(response_mask, "response_mask", np.bool_)
         if mask.ndim != 2:
             raise ValueError(f"response_mask must be 2-D [B, T], got shape {mask.shape}")
         B, T = mask.shape
-        lp = as_array(logp, "logp", np.float32)
+        lp = conv(logp, "logp", np.float32)
         check_shape("logp", lp, mask.shape, "response_mask")
-        lpo = as_array(logp_old, "logp_old", np.float32)
+        lpo = conv(logp_old, "logp_old", np.float32)
         check_shape("logp_old", lpo, mask.shape, "response_mask")
-        adv = as_array(advantages, "advantages", np.float32)
+        adv = conv(advantages, "advantages", np.float32)
         if adv.shape not in ((B,), (B, T)):
             raise ValueError(f"advantages must be [B] = ({B},) or [B, T] = {mask.shape}, got {adv.shape}")
         opt = {}
         for nm, val in (("logp_ref", logp_ref), ("logp_rollout", logp_rollout), ("entropy", entropy)):
             if val is not None:
-                a = as_array(val, nm, np.float32)
+                a = conv(val, nm, np.float32)
                 check_shape(nm, a, mask.shape, "response_mask")
                 opt[nm] = a
         tid = None
         if token_ids is not None:
-            tid = as_array(token_ids, "token_ids", np.int64)
+            tid = conv(token_ids, "token_ids", np.int64)
             check_shape("token_ids", tid, mask.shape, "response_mask")
         turn = None
         if turn_ids is not None:
-            turn = as_array(turn_ids, "turn_ids", np.int64)
+            turn = conv(turn_ids, "turn_ids", np.int64)
             if turn.shape not in ((B,), (B, T)):
                 raise ValueError(f"turn_ids must be [B] = ({B},) or [B, T] = {mask.shape}, got {turn.shape}")
         sid = None
         if sample_ids is not None:
-            sid = as_array(sample_ids, "sample_ids", np.int64)
+            sid = conv(sample_ids, "sample_ids", np.int64)
             check_shape("sample_ids", sid, (B,), "response_mask rows")
         inp = UpdateInputs(lp, lpo, adv, mask, opt.get("logp_ref"), opt.get("logp_rollout"), opt.get("entropy"),
                            turn, tid)
@@ -449,31 +452,30 @@ class Collector:
         known = j >= 0
         # Align the rollout engine's log-probs / ids with the trainer's masked tokens (same count per sample).
         if known.any() and (inp.logp_rollout is None or inp.token_ids is not None):
-            n_u = inp.mask.sum(axis=1)
+            n_u = row_counts(inp.mask)  # masked tokens are row-major, so [B] counts give each token's row
             n_r = np.where(known, self._rollout.lengths[np.maximum(j, 0)], -1)
             same = known & (n_u == n_r)
-            idx = np.flatnonzero(inp.mask)
-            rows = idx // inp.mask.shape[1]
-            k = np.arange(idx.size) - np.concatenate(([0], np.cumsum(n_u)[:-1]))[rows]
+            rows = np.repeat(np.arange(B), n_u)
+            k = np.arange(rows.size) - np.concatenate(([0], np.cumsum(n_u)[:-1]))[rows]
             src = self._rollout.offsets[np.maximum(j, 0)][rows] + k
             ok = same[rows]
             if inp.logp_rollout is None and not np.all(np.isnan(self._rollout.flat_logp)):
                 inp.rollout_flat_logp = np.where(ok, self._rollout.flat_logp[np.where(ok, src, 0)], np.nan) \
-                    if idx.size else np.empty(0, np.float32)
+                    if rows.size else np.empty(0, np.float32)
             if inp.token_ids is not None and np.any(self._rollout.flat_tok >= 0):
                 inp.rollout_flat_token_ids = np.where(ok, self._rollout.flat_tok[np.where(ok, src, 0)], -1) \
-                    if idx.size else np.empty(0, np.int64)
+                    if rows.size else np.empty(0, np.int64)
                 # samples whose lengths differ: a retokenization changed the token count (count the difference)
                 diff_len = known & ~same
                 inp.retok_extra = np.where(diff_len, np.abs(n_u - n_r), -1)
         if inp.turn_ids is None and "turn" in self._rollout.cols and known.all():
             inp.turn_ids = self._rollout.cols["turn"][j]  # per-turn samples: the rollout said which turn each is
         res = compute_update(inp, self.bands)
-        merge_into(self._aggs, res["aggs"])
+        merge_into(self._aggs, res.aggs)
         self._updates.add(update)
-        self._seq_k3.append(res["seq_k3"][res["nonempty"]])
+        self._seq_k3.append(res.seq_k3[res.nonempty])
 
-        seq = res["seq"]
+        seq = res.seq
         cols = dict(seq)
         cols.update(self._keys(B, step, update))
         cols["sample_id"] = sid
@@ -490,14 +492,14 @@ class Collector:
                     cols[name] = np.ma.array(v, mask=~known)
         if cols.get("turn") is not None and (seq["turn"] < 0).all() and "turn" in self._rollout.cols:
             cols["turn"] = np.where(known, self._rollout.cols["turn"][np.maximum(j, 0)], -1).astype(np.int16)
-        keep = np.flatnonzero(res["nonempty"])  # samples with no (finite) token carry no statistics
+        keep = np.flatnonzero(res.nonempty)  # samples with no (finite) token carry no statistics
         if self._rollout.texts is not None:
             cols["text"] = [self._rollout.texts[j[i]] if j[i] >= 0 else None for i in keep]
         cols = {k: (v if isinstance(v, list) else np.asarray(v)[keep] if not isinstance(v, np.ma.MaskedArray)
                     else v[keep]) for k, v in cols.items()}
         self._put("sequences", _table(SEQUENCES, cols, keep.size))
 
-        turn = res["turn"]
+        turn = res.turn
         if turn is not None and turn["row"].size:
             r = turn["row"]
             tcols = {k: v for k, v in turn.items() if k != "row"}
@@ -506,36 +508,32 @@ class Collector:
             self._put("turns", _table(TURNS, tcols, r.size))
 
         self._put_tokens(step, update, sid, res)
-        return res["aggs"]
+        return res.aggs
 
     def _put_tokens(self, step, update, sid, res) -> None:
         rate = self.token_sample_rate
-        seq_k3 = res["seq_k3"]
+        seq_k3 = res.seq_k3
         B = sid.shape[0]
         sampled = splitmix_unit(sid) < rate if rate < 1.0 else np.ones(B, bool)
-        keep = sampled | res["anomalous"]
+        keep = sampled | res.anomalous
         if B and np.isfinite(seq_k3).any():  # always keep the top-1% KL contributors of the update
             k = max(1, int(np.ceil(0.01 * B)))
             top = np.argpartition(np.where(np.isfinite(seq_k3), seq_k3, -np.inf), B - k)[B - k:]
             keep[top] = True
         if not keep.any():
             return
-        tok = res["tok"]
-        rows = tok["rows"]
-        sel = keep[rows]
-        all_kept = bool(sel.all())
-        pick = (lambda a: a) if all_kept else (lambda a: a[sel])
-        r = pick(rows)
+        tok = res.token_rows(keep)  # only the kept rows leave the device
+        r = tok["rows"]
         n = r.size
         cols = self._keys(n, step, update)
-        cols.update(sample_id=sid[r], pos=pick(tok["pos"]).astype(np.int32), turn=pick(tok["turn"]),
-                    logp=pick(tok["logp"]), logp_old=pick(tok["logp_old"]), advantage=pick(tok["advantage"]),
-                    log_ratio=pick(tok["log_ratio"]).astype(np.float32), sampled=sampled[r])
+        cols.update(sample_id=sid[r], pos=tok["pos"].astype(np.int32), turn=tok["turn"], logp=tok["logp"],
+                    logp_old=tok["logp_old"], advantage=tok["advantage"],
+                    log_ratio=tok["log_ratio"].astype(np.float32), sampled=sampled[r])
         for name in ("logp_rollout", "logp_ref", "entropy"):
             if tok[name] is not None:
-                cols[name] = pick(tok[name]).astype(np.float32, copy=False)
+                cols[name] = tok[name].astype(np.float32, copy=False)
         for name in ("token_id", "token_id_rollout"):
-            cols[name] = pick(tok[name]).astype(np.int32) if tok[name] is not None else np.full(n, -1, np.int32)
+            cols[name] = tok[name].astype(np.int32) if tok[name] is not None else np.full(n, -1, np.int32)
         self._put("tokens", _table(TOKENS, cols, n))
 
     def _record_step(self, step: int, user: dict[str, float]) -> dict[str, float]:
