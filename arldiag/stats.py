@@ -125,17 +125,18 @@ value("pg2", lambda e: -e.adv * e.xp.clip(e.ratio, 1.0 - e.b.eps_low, 1.0 + e.b.
 value("pg_clip", lambda e: e.pg2 > e.pg1)
 value("pg_clip_lower", lambda e: (e.xp.maximum(e.pg1, e.pg2) > -e.adv * e.b.dual_clip_c) & e.neg)
 value("ppo_kl_tok", lambda e: e.lp_old - e.lp)                                  # verl ppo_kl (k1), unclamped
-value("k3_upd", lambda e: e.ratio - e.log_ratio - 1.0)                          # k3 of KL(old || new), >= 0
+# k3 = exp(x) - x - 1 cancels for small x: evaluated in float64 so both backends' exp agree to 1e-6 relative
+value("k3_upd", lambda e: _k3(e.xp, e.be.f64(e.log_ratio)))                     # k3 of KL(old || new), >= 0
 # KL to the reference, x = lp_ref - lp (k1, k2, k3; Schulman's estimators, verl low_var_kl clamp)
 value("x_ref", lambda e: e.lp_ref - e.lp, needs=("lp_ref",))
-value("kl_ref_k3_tok", lambda e: _k3(e.xp, e.xp.clip(e.x_ref, -KL_CLAMP, KL_CLAMP)), needs=("lp_ref",))
+value("kl_ref_k3_tok", lambda e: _k3(e.xp, e.be.f64(e.xp.clip(e.x_ref, -KL_CLAMP, KL_CLAMP))), needs=("lp_ref",))
 # training-inference mismatch: d = lp_old - lp_roll; NaN lp_roll = not available for that token
 value("have_roll", lambda e: ~e.xp.isnan(e.lp_roll))
 value("d_mis", lambda e: e.xp.where(e.have_roll, e.lp_old - e.lp_roll, 0.0))
 value("dc_mis", lambda e: e.xp.clip(e.d_mis, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-value("rho_mis", lambda e: e.xp.exp(e.dc_mis))
-value("p_old", lambda e: e.xp.exp(e.lp_old))
-value("p_roll", lambda e: e.xp.exp(e.xp.where(e.have_roll, e.lp_roll, 0.0)))
+value("rho_mis", lambda e: e.xp.exp(e.be.f64(e.dc_mis)))
+value("p_old", lambda e: e.xp.exp(e.be.f64(e.lp_old)))                       # float64: |p_old - p_roll| cancels
+value("p_roll", lambda e: e.xp.exp(e.be.f64(e.xp.where(e.have_roll, e.lp_roll, 0.0))))
 value("p_abs", lambda e: e.xp.abs(e.p_old - e.p_roll))
 value("d_abs", lambda e: e.xp.where(e.have_roll, e.xp.abs(e.d_mis), -math.inf))
 # retokenization drift: trainer ids vs the rollout engine's ids at the same response position

@@ -11,6 +11,7 @@ import arldiag
 from arldiag.stats import AGGS, SEQ_COLUMNS, Bands, UpdateInputs, compute_update
 
 torch = pytest.importorskip("torch")
+torch.set_num_threads(1)  # tiny tensors; intra-op threads only thrash on a busy 2-core host
 BANDS = Bands(0.2, 0.28, 0.05, 0.06, 3.0, 0.1)
 
 
