@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "query": ("arldiag.commands.query", "run SQL over a run's DuckDB views"),
     "import": ("arldiag.commands.import_steps", "import step-level metrics (CSV/JSONL) into a run store"),
     "compact": ("arldiag.commands.compact", "merge a finished run's parts into one file per table and rank"),
+    "synth": ("arldiag.commands.synth", "write a synthetic run of any size (optionally collapsing)"),
     "train": ("arldiag.trainer.cli", "train with the reference trainer (SAMPO and baselines)"),
     "detect": ("arldiag.commands.detect", "run the collapse detectors over a run"),
     "watch": ("arldiag.commands.watch", "follow a run being written and raise alerts"),
