@@ -122,13 +122,18 @@ class Collector:
         dual_clip_c: verl clip_ratio_c for pg_clipfrac_lower.
         monitor: an online monitor (``bind(collector)``, ``on_step(step, metrics)``), e.g. arldiag.Monitor.
         strict: raise on the collector's own errors (write failures, monitor errors) instead of warning once.
+        process_group: opt-in, a torch.distributed process group (or True for the default group): each finalised
+            step's aggregates of all ranks are reduced to the group's rank 0, whose monitor and ``last_metrics``
+            then describe the whole step (the other ranks skip their monitor). Every rank must finalise the same
+            steps (record_step), as a collective call.
     """
 
     def __init__(self, root: str | os.PathLike, config: Mapping[str, Any] | None = None,
                  clip: Sequence[float] = (0.2, 0.2), seq_clip: Sequence[float] | None = None,
                  name: str | None = None, algorithm: str | None = None, rank: int = 0, world_size: int = 1,
                  flush_every: int = 10, token_sample_rate: float = 0.05, neg_adv_delta: float = 0.223,
-                 dual_clip_c: float = 3.0, monitor: Any = None, strict: bool = False, queue_size: int = 64):
+                 dual_clip_c: float = 3.0, monitor: Any = None, strict: bool = False, queue_size: int = 64,
+                 process_group: Any = None):
         if len(tuple(clip)) != 2:
             raise ValueError(f"clip must be (eps_low, eps_high), got {clip!r}")
         if not 0.0 <= token_sample_rate <= 1.0:
@@ -144,6 +149,7 @@ class Collector:
         self.bands = Bands(float(clip[0]), float(clip[1]), float(seq_clip[0]), float(seq_clip[1]),
                            float(dual_clip_c), float(neg_adv_delta))
         self.monitor = monitor
+        self._pg = (None, True) if process_group is True else (process_group, process_group is not None)
         self.should_stop = False
         self.stop_reason: str | None = None
         self._warned: set[str] = set()
@@ -557,6 +563,13 @@ class Collector:
         for k in user:
             schema = schema.append(pa.field(USER_METRIC_PREFIX + k, pa.float64()))
         self._put("steps", _row_table(schema, row))
+        watch = True
+        if self._pg[1]:  # the whole step on the group's rank 0 (collectors/distributed.py)
+            from arldiag.collectors.distributed import reduce_step_aggs
+
+            merged = reduce_step_aggs(aggs, self._pg[0])
+            watch = merged is not None
+            aggs = merged if watch else aggs
         metrics = derive_step_metrics(aggs)
         for k, v in user.items():  # same rule as the reader's steps view: a derived value wins, the trainer's
             if k in metrics:       # value fills it when arldiag recorded nothing, and stays as user/<name>
@@ -574,7 +587,7 @@ class Collector:
         if self.writer is not None and self._steps_since_flush >= self.flush_every:
             self._steps_since_flush = 0
             self.writer.flush()
-        if self.monitor is not None:
+        if self.monitor is not None and watch:
             self._guard("monitor", self.monitor.on_step, step, metrics)
         return metrics
 
