@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "import": ("arldiag.commands.import_steps", "import logs (CSV/JSONL, verl, TRL, TensorBoard, wandb) into a run store"),
     "init": ("arldiag.commands.init", "write an arldiag.toml with every default and its meaning"),
     "compact": ("arldiag.commands.compact", "merge a finished run's parts into one file per table and rank"),
+    "synth": ("arldiag.commands.synth", "write a synthetic run of any size (optionally collapsing)"),
     "train": ("arldiag.trainer.cli", "train with the reference trainer (SAMPO and baselines)"),
     "detect": ("arldiag.commands.detect", "run the collapse detectors over a run"),
     "watch": ("arldiag.commands.watch", "follow a run being written and raise alerts"),

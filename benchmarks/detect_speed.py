@@ -6,6 +6,11 @@ keeps only anomalous token rows), then the bulk token rows are written with pyar
 would dominate the setup time. Targets (issue 4): detect <= 10 s; Monitor cost at step 1000 ~ at step 10, < 50 ms.
 
     python benchmarks/detect_speed.py [--tokens 10000000] [--steps 500] [--dir DIR]
+    arldiag synth --tokens 100M --out /tmp/big --collapse-at 80 && python benchmarks/detect_speed.py --dir /tmp/big
+
+Issue 14 adds, for the same run: detect in a fresh process with its peak resident memory (target at 100 M token
+rows: <= 20 s, < 4 GB), and one plain DuckDB pass over the token rows (a per-step aggregate of every column the
+detectors read) as the yardstick: detect's time as a multiple of that single pass.
 """
 from __future__ import annotations
 
@@ -87,6 +92,32 @@ def time_detect(root: Path) -> tuple[float, int, int]:
     return dt, run.count("tokens"), len(findings)
 
 
+_CHILD = """
+import resource, sys, time
+t0 = time.perf_counter()
+import arldiag
+from arldiag.detectors import detect
+run = arldiag.open_run(sys.argv[1])
+n = len(detect(run))
+dt = time.perf_counter() - t0
+t0 = time.perf_counter()
+run.sql("SELECT step, count(*), sum(log_ratio), max(abs(log_ratio)), sum(logp), sum(advantage), "
+        "sum(logp_old - logp_rollout), count(DISTINCT token_id) FROM tokens GROUP BY step").fetchall()
+one = time.perf_counter() - t0
+print(dt, one, n, run.count("tokens"), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+"""
+
+
+def time_detect_fresh(root: Path) -> tuple[float, float, int, int, float]:
+    """detect (open + every detector) in a fresh process: seconds, one DuckDB pass's seconds, findings, token rows,
+    peak RSS in MB."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(root)], capture_output=True, text=True, check=True)
+    dt, one, n, rows, rss = out.stdout.split()
+    return float(dt), float(one), int(n), int(rows), float(rss)
+
+
 def time_monitor(n_steps: int = 1000) -> tuple[float, float]:
     """Median Monitor.on_step cost (ms) over steps 10-19 and over steps n-10 .. n-1 (5 fresh monitors)."""
     from arldiag.monitor import Monitor
@@ -132,6 +163,9 @@ def main(argv=None) -> int:
         print(f"setup: wrote {a.steps} steps and {a.tokens:,} token rows in {time.perf_counter() - t0:.1f} s")
     dt, n_tok, n_f = time_detect(root)
     print(f"detect: {n_f} findings over a run with {n_tok:,} token rows in {dt:.2f} s (target <= 10 s)")
+    fdt, one, _, _, rss = time_detect_fresh(root)
+    print(f"detect in a fresh process: {fdt:.2f} s, peak RSS {rss:,.0f} MB; one DuckDB pass over the token rows "
+          f"{one:.2f} s; detect = {fdt / one:.1f}x one pass")
     import arldiag
     from arldiag.detectors import REGISTRY
     from arldiag.detectors.batch import _top_tokens

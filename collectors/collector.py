@@ -26,7 +26,8 @@ from arldiag.schema import (GROUPS, SCHEMA_VERSION, SEQUENCES, STEP_AGGS, TOKENS
                             USER_METRIC_PREFIX, arrow_schema, derive_step_metrics)
 from arldiag.stats import Bands, UpdateInputs, compute_update, splitmix_unit, top_share
 from arldiag.store.writer import StoreWriter, write_json_atomic
-from arldiag.collectors.convert import as_array, check_shape
+from arldiag.backends import is_torch
+from arldiag.collectors.convert import as_array, as_device_array, check_shape, row_counts
 
 log = logging.getLogger("arldiag")
 
@@ -121,13 +122,18 @@ class Collector:
         dual_clip_c: verl clip_ratio_c for pg_clipfrac_lower.
         monitor: an online monitor (``bind(collector)``, ``on_step(step, metrics)``), e.g. arldiag.Monitor.
         strict: raise on the collector's own errors (write failures, monitor errors) instead of warning once.
+        process_group: opt-in, a torch.distributed process group (or True for the default group): each finalised
+            step's aggregates of all ranks are reduced to the group's rank 0, whose monitor and ``last_metrics``
+            then describe the whole step (the other ranks skip their monitor). Every rank must finalise the same
+            steps (record_step), as a collective call.
     """
 
     def __init__(self, root: str | os.PathLike, config: Mapping[str, Any] | None = None,
                  clip: Sequence[float] = (0.2, 0.2), seq_clip: Sequence[float] | None = None,
                  name: str | None = None, algorithm: str | None = None, rank: int = 0, world_size: int = 1,
                  flush_every: int = 10, token_sample_rate: float = 0.05, neg_adv_delta: float = 0.223,
-                 dual_clip_c: float = 3.0, monitor: Any = None, strict: bool = False, queue_size: int = 64):
+                 dual_clip_c: float = 3.0, monitor: Any = None, strict: bool = False, queue_size: int = 64,
+                 process_group: Any = None):
         if len(tuple(clip)) != 2:
             raise ValueError(f"clip must be (eps_low, eps_high), got {clip!r}")
         if not 0.0 <= token_sample_rate <= 1.0:
@@ -143,6 +149,7 @@ class Collector:
         self.bands = Bands(float(clip[0]), float(clip[1]), float(seq_clip[0]), float(seq_clip[1]),
                            float(dual_clip_c), float(neg_adv_delta))
         self.monitor = monitor
+        self._pg = (None, True) if process_group is True else (process_group, process_group is not None)
         self.should_stop = False
         self.stop_reason: str | None = None
         self._warned: set[str] = set()
@@ -241,35 +248,37 @@ class Collector:
         """Record one policy update (PPO epoch x mini-batch) of ``step``. Tensors: padded [B, T] with the loss
         mask ``response_mask``; ``advantages`` [B] or [B, T]; ``turn_ids`` [B] or [B, T]. Returns this update's
         raw aggregates (handy for logging)."""
-        mask = as_array(response_mask, "response_mask", np.bool_)
+        # torch input stays on its device: the statistics run there (arldiag/backends.py)
+        conv = as_device_array if is_torch(logp) else as_array
+        mask = conv(response_mask, "response_mask", np.bool_)
         if mask.ndim != 2:
             raise ValueError(f"response_mask must be 2-D [B, T], got shape {mask.shape}")
         B, T = mask.shape
-        lp = as_array(logp, "logp", np.float32)
+        lp = conv(logp, "logp", np.float32)
         check_shape("logp", lp, mask.shape, "response_mask")
-        lpo = as_array(logp_old, "logp_old", np.float32)
+        lpo = conv(logp_old, "logp_old", np.float32)
         check_shape("logp_old", lpo, mask.shape, "response_mask")
-        adv = as_array(advantages, "advantages", np.float32)
+        adv = conv(advantages, "advantages", np.float32)
         if adv.shape not in ((B,), (B, T)):
             raise ValueError(f"advantages must be [B] = ({B},) or [B, T] = {mask.shape}, got {adv.shape}")
         opt = {}
         for nm, val in (("logp_ref", logp_ref), ("logp_rollout", logp_rollout), ("entropy", entropy)):
             if val is not None:
-                a = as_array(val, nm, np.float32)
+                a = conv(val, nm, np.float32)
                 check_shape(nm, a, mask.shape, "response_mask")
                 opt[nm] = a
         tid = None
         if token_ids is not None:
-            tid = as_array(token_ids, "token_ids", np.int64)
+            tid = conv(token_ids, "token_ids", np.int64)
             check_shape("token_ids", tid, mask.shape, "response_mask")
         turn = None
         if turn_ids is not None:
-            turn = as_array(turn_ids, "turn_ids", np.int64)
+            turn = conv(turn_ids, "turn_ids", np.int64)
             if turn.shape not in ((B,), (B, T)):
                 raise ValueError(f"turn_ids must be [B] = ({B},) or [B, T] = {mask.shape}, got {turn.shape}")
         sid = None
         if sample_ids is not None:
-            sid = as_array(sample_ids, "sample_ids", np.int64)
+            sid = conv(sample_ids, "sample_ids", np.int64)
             check_shape("sample_ids", sid, (B,), "response_mask rows")
         inp = UpdateInputs(lp, lpo, adv, mask, opt.get("logp_ref"), opt.get("logp_rollout"), opt.get("entropy"),
                            turn, tid)
@@ -449,31 +458,30 @@ class Collector:
         known = j >= 0
         # Align the rollout engine's log-probs / ids with the trainer's masked tokens (same count per sample).
         if known.any() and (inp.logp_rollout is None or inp.token_ids is not None):
-            n_u = inp.mask.sum(axis=1)
+            n_u = row_counts(inp.mask)  # masked tokens are row-major, so [B] counts give each token's row
             n_r = np.where(known, self._rollout.lengths[np.maximum(j, 0)], -1)
             same = known & (n_u == n_r)
-            idx = np.flatnonzero(inp.mask)
-            rows = idx // inp.mask.shape[1]
-            k = np.arange(idx.size) - np.concatenate(([0], np.cumsum(n_u)[:-1]))[rows]
+            rows = np.repeat(np.arange(B), n_u)
+            k = np.arange(rows.size) - np.concatenate(([0], np.cumsum(n_u)[:-1]))[rows]
             src = self._rollout.offsets[np.maximum(j, 0)][rows] + k
             ok = same[rows]
             if inp.logp_rollout is None and not np.all(np.isnan(self._rollout.flat_logp)):
                 inp.rollout_flat_logp = np.where(ok, self._rollout.flat_logp[np.where(ok, src, 0)], np.nan) \
-                    if idx.size else np.empty(0, np.float32)
+                    if rows.size else np.empty(0, np.float32)
             if inp.token_ids is not None and np.any(self._rollout.flat_tok >= 0):
                 inp.rollout_flat_token_ids = np.where(ok, self._rollout.flat_tok[np.where(ok, src, 0)], -1) \
-                    if idx.size else np.empty(0, np.int64)
+                    if rows.size else np.empty(0, np.int64)
                 # samples whose lengths differ: a retokenization changed the token count (count the difference)
                 diff_len = known & ~same
                 inp.retok_extra = np.where(diff_len, np.abs(n_u - n_r), -1)
         if inp.turn_ids is None and "turn" in self._rollout.cols and known.all():
             inp.turn_ids = self._rollout.cols["turn"][j]  # per-turn samples: the rollout said which turn each is
         res = compute_update(inp, self.bands)
-        merge_into(self._aggs, res["aggs"])
+        merge_into(self._aggs, res.aggs)
         self._updates.add(update)
-        self._seq_k3.append(res["seq_k3"][res["nonempty"]])
+        self._seq_k3.append(res.seq_k3[res.nonempty])
 
-        seq = res["seq"]
+        seq = res.seq
         cols = dict(seq)
         cols.update(self._keys(B, step, update))
         cols["sample_id"] = sid
@@ -490,14 +498,14 @@ class Collector:
                     cols[name] = np.ma.array(v, mask=~known)
         if cols.get("turn") is not None and (seq["turn"] < 0).all() and "turn" in self._rollout.cols:
             cols["turn"] = np.where(known, self._rollout.cols["turn"][np.maximum(j, 0)], -1).astype(np.int16)
-        keep = np.flatnonzero(res["nonempty"])  # samples with no (finite) token carry no statistics
+        keep = np.flatnonzero(res.nonempty)  # samples with no (finite) token carry no statistics
         if self._rollout.texts is not None:
             cols["text"] = [self._rollout.texts[j[i]] if j[i] >= 0 else None for i in keep]
         cols = {k: (v if isinstance(v, list) else np.asarray(v)[keep] if not isinstance(v, np.ma.MaskedArray)
                     else v[keep]) for k, v in cols.items()}
         self._put("sequences", _table(SEQUENCES, cols, keep.size))
 
-        turn = res["turn"]
+        turn = res.turn
         if turn is not None and turn["row"].size:
             r = turn["row"]
             tcols = {k: v for k, v in turn.items() if k != "row"}
@@ -506,36 +514,32 @@ class Collector:
             self._put("turns", _table(TURNS, tcols, r.size))
 
         self._put_tokens(step, update, sid, res)
-        return res["aggs"]
+        return res.aggs
 
     def _put_tokens(self, step, update, sid, res) -> None:
         rate = self.token_sample_rate
-        seq_k3 = res["seq_k3"]
+        seq_k3 = res.seq_k3
         B = sid.shape[0]
         sampled = splitmix_unit(sid) < rate if rate < 1.0 else np.ones(B, bool)
-        keep = sampled | res["anomalous"]
+        keep = sampled | res.anomalous
         if B and np.isfinite(seq_k3).any():  # always keep the top-1% KL contributors of the update
             k = max(1, int(np.ceil(0.01 * B)))
             top = np.argpartition(np.where(np.isfinite(seq_k3), seq_k3, -np.inf), B - k)[B - k:]
             keep[top] = True
         if not keep.any():
             return
-        tok = res["tok"]
-        rows = tok["rows"]
-        sel = keep[rows]
-        all_kept = bool(sel.all())
-        pick = (lambda a: a) if all_kept else (lambda a: a[sel])
-        r = pick(rows)
+        tok = res.token_rows(keep)  # only the kept rows leave the device
+        r = tok["rows"]
         n = r.size
         cols = self._keys(n, step, update)
-        cols.update(sample_id=sid[r], pos=pick(tok["pos"]).astype(np.int32), turn=pick(tok["turn"]),
-                    logp=pick(tok["logp"]), logp_old=pick(tok["logp_old"]), advantage=pick(tok["advantage"]),
-                    log_ratio=pick(tok["log_ratio"]).astype(np.float32), sampled=sampled[r])
+        cols.update(sample_id=sid[r], pos=tok["pos"].astype(np.int32), turn=tok["turn"], logp=tok["logp"],
+                    logp_old=tok["logp_old"], advantage=tok["advantage"],
+                    log_ratio=tok["log_ratio"].astype(np.float32), sampled=sampled[r])
         for name in ("logp_rollout", "logp_ref", "entropy"):
             if tok[name] is not None:
-                cols[name] = pick(tok[name]).astype(np.float32, copy=False)
+                cols[name] = tok[name].astype(np.float32, copy=False)
         for name in ("token_id", "token_id_rollout"):
-            cols[name] = pick(tok[name]).astype(np.int32) if tok[name] is not None else np.full(n, -1, np.int32)
+            cols[name] = tok[name].astype(np.int32) if tok[name] is not None else np.full(n, -1, np.int32)
         self._put("tokens", _table(TOKENS, cols, n))
 
     def _record_step(self, step: int, user: dict[str, float]) -> dict[str, float]:
@@ -559,6 +563,13 @@ class Collector:
         for k in user:
             schema = schema.append(pa.field(USER_METRIC_PREFIX + k, pa.float64()))
         self._put("steps", _row_table(schema, row))
+        watch = True
+        if self._pg[1]:  # the whole step on the group's rank 0 (collectors/distributed.py)
+            from arldiag.collectors.distributed import reduce_step_aggs
+
+            merged = reduce_step_aggs(aggs, self._pg[0])
+            watch = merged is not None
+            aggs = merged if watch else aggs
         metrics = derive_step_metrics(aggs)
         for k, v in user.items():  # same rule as the reader's steps view: a derived value wins, the trainer's
             if k in metrics:       # value fills it when arldiag recorded nothing, and stays as user/<name>
@@ -576,7 +587,7 @@ class Collector:
         if self.writer is not None and self._steps_since_flush >= self.flush_every:
             self._steps_since_flush = 0
             self.writer.flush()
-        if self.monitor is not None:
+        if self.monitor is not None and watch:
             self._guard("monitor", self.monitor.on_step, step, metrics)
         return metrics
 

@@ -10,8 +10,7 @@ from typing import Any
 import numpy as np
 
 
-def _is_torch(x: Any) -> bool:
-    return type(x).__module__.startswith("torch")
+from arldiag.backends import is_torch as _is_torch
 
 
 def as_array(x: Any, name: str, dtype: Any = None) -> np.ndarray:
@@ -50,3 +49,28 @@ def check_shape(name: str, arr: np.ndarray, expected: tuple, ref_name: str) -> N
     if tuple(arr.shape) != tuple(expected):
         raise ValueError(f"{name} has shape {tuple(arr.shape)} but {ref_name} has shape {tuple(expected)}; "
                          f"they must match")
+
+
+def as_device_array(x: Any, name: str, dtype: Any) -> Any:
+    """Like ``as_array``, but a torch tensor stays on its own device (detached, cast there: floats to float32,
+    bools/ints as asked), so the statistics can run where the tensors live (arldiag/backends.py)."""
+    if not _is_torch(x):
+        return as_array(x, name, dtype)
+    t = x.detach()
+    kind = np.dtype(dtype).kind
+    if kind == "f":
+        if t.is_complex():
+            raise ValueError(f"{name}: expected a real tensor, got {t.dtype}")
+        return t if str(t.dtype) == "torch.float32" else t.float()
+    if kind == "b":
+        return t if str(t.dtype) == "torch.bool" else t != 0
+    if t.is_floating_point():  # integer ids handed as floats: same rule as as_array
+        return as_array(t, name, dtype)
+    return t.long() if str(t.dtype) != "torch.int64" else t
+
+
+def row_counts(mask: Any) -> np.ndarray:
+    """[B] number of True entries per row of a [B, T] mask, on the host."""
+    if _is_torch(mask):
+        return mask.sum(1).cpu().numpy().astype(np.int64)
+    return mask.sum(axis=1).astype(np.int64)
