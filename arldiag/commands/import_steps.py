@@ -136,7 +136,8 @@ def import_steps(file: str, out: str, step_column: str = "step", fmt: str | None
 
     path = Path(file)
     if not path.is_file():
-        raise ValueError(f"file: {file!r} does not exist")
+        raise ValueError(f"file: {file!r} " + ("is a folder, not a CSV/JSONL file" if path.is_dir() else
+                                               "does not exist"))
     fmt = fmt or ("csv" if path.suffix.lower() in (".csv", ".tsv") else "jsonl" if path.suffix.lower() in
                   (".jsonl", ".json", ".ndjson") else None)
     if fmt not in ("csv", "jsonl"):
