@@ -132,7 +132,7 @@ def ratio_heatmap_figure(hist: Mapping[str, Any], band: tuple[float, float] | No
                 if math.isfinite(e) and abs(e) <= hist["half_range"]:
                     fig.add_hline(y=e, line=dict(color="white", dash="dash", width=1), row=1, col=col)
     what = "sequence log ratio log s_i" if hist.get("level") == "sequences" else "token log ratio log r_t (sampled)"
-    fig.update_layout(**{**LAYOUT, "hovermode": "closest"}, height=380,
+    fig.update_layout(**{**LAYOUT, "hovermode": "closest", "margin": {**LAYOUT["margin"], "t": 70}}, height=400,
                       title=f"{what}: distribution per step (dashed: clip band)")
     fig.update_yaxes(title_text="log ratio", row=1, col=1)
     fig.update_xaxes(title_text="step")
