@@ -91,10 +91,12 @@ def panel_figure(series: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str,
     for ri, run in enumerate(series):
         c = (collapse or {}).get(run)
         if c is not None:
-            fig.add_vline(x=c, line=dict(color=RUN_COLORS[ri % len(RUN_COLORS)] if compare else COLLAPSE_COLOR,
-                                         width=2, dash="dash"),
-                          annotation=dict(text=f"collapse {c}" + (f" ({run})" if compare else ""),
-                                          font=dict(size=10), yanchor="bottom"), annotation_position="top left")
+            # one line over every panel (the step axes are shared), labelled once above the top panel
+            color = RUN_COLORS[ri % len(RUN_COLORS)] if compare else COLLAPSE_COLOR
+            fig.add_shape(type="line", xref="x", yref="paper", x0=c, x1=c, y0=0, y1=1,
+                          line=dict(color=color, width=2, dash="dash"), name=f"collapse {run}")
+            fig.add_annotation(x=c, y=1, xref="x", yref="paper", yanchor="bottom", showarrow=False,
+                               text=f"collapse {c}" + (f" ({run})" if compare else ""), font=dict(size=10))
     note = ("not recorded: " + "; ".join(missing)) if missing else ""
     fig.update_layout(**{k: v for k, v in LAYOUT.items() if k != "legend"}, height=height,
                       title=dict(text=" · ".join(t for t in (title, note) if t) or None, font=dict(size=12)),
