@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import warnings
 
 # name -> (module, one-line help). Built-ins are registered here, the same way a plugin would be.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -17,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "init": ("arldiag.commands.init", "write an arldiag.toml with every default and its meaning"),
     "compact": ("arldiag.commands.compact", "merge a finished run's parts into one file per table and rank"),
     "synth": ("arldiag.commands.synth", "write a synthetic run of any size (optionally collapsing)"),
+    "verify": ("arldiag.commands.verify", "list damaged or orphaned parts of a run store (exit 1 if any)"),
     "train": ("arldiag.trainer.cli", "train with the reference trainer (SAMPO and baselines)"),
     "detect": ("arldiag.commands.detect", "run the collapse detectors over a run"),
     "watch": ("arldiag.commands.watch", "follow a run being written and raise alerts"),
@@ -58,7 +61,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"arldiag {name}", description=COMMANDS[name][1])
     module.add_arguments(parser)
     args = parser.parse_args(rest)
-    return int(module.main(args) or 0)
+    warnings.formatwarning = _one_line_warning
+    try:
+        return int(module.main(args) or 0)
+    except Exception as exc:  # noqa: BLE001 - filtered by _user_error, re-raised otherwise
+        if not _user_error(exc) or os.environ.get("ARLDIAG_DEBUG"):
+            raise
+        print(f"arldiag {name}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _user_error(exc: BaseException) -> bool:
+    """Errors that describe bad input (a missing or broken run, a bad argument value, an unreadable file): the user
+    gets their one-line message, not a traceback (ARLDIAG_DEBUG=1 shows it)."""
+    if isinstance(exc, (OSError, ValueError)):
+        return True
+    # DuckDB's IO errors (a Parquet file changed under a query) are input errors too; its module is not imported
+    # here, so the class is matched by its module
+    return type(exc).__module__.startswith("duckdb") and type(exc).__name__ in ("IOException", "InvalidInputException")
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    # a CLI user gets the message, not the source line that raised it
+    return f"arldiag: warning: {message}\n"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -19,6 +19,17 @@ def severity_rank(severity: str) -> int:
     return SEVERITIES.index(severity) if severity in SEVERITIES else -1
 
 
+_STATUS_ORDER = {"fired": 0, "skipped": 1, "quiet": 2}
+
+
+def order_findings(findings: "list[Finding]") -> "list[Finding]":
+    """The one order every output lists findings in (CLI, HTML, Markdown): fired ones first, most severe first,
+    then earliest first step, then name; then skipped, then quiet ones, by name."""
+    return sorted(findings, key=lambda f: (_STATUS_ORDER.get(f.status, 3), -severity_rank(f.severity) if f.fired
+                                           else 0, f.first_step if f.fired and f.first_step is not None else 0,
+                                           f.detector))
+
+
 def jsonable(x: Any) -> Any:
     """JSON-safe copy: NaN/Inf -> None, numpy scalars -> Python, tuples -> lists."""
     if isinstance(x, dict):

@@ -13,6 +13,7 @@ import datetime as _dt
 import logging
 import os
 import socket
+import time
 import uuid
 import warnings
 from pathlib import Path
@@ -115,6 +116,8 @@ class Collector:
         name: run name (default: the directory name). algorithm: e.g. "cispo", stored in the manifest.
         rank, world_size: data-parallel rank of this process; each rank writes its own files.
         flush_every: publish buffered rows every this many finalised steps (a crash loses at most that much).
+        flush_every_s: ... or once this many seconds passed since the last publish, whichever comes first, so a
+            slow run is visible to ``arldiag watch`` and the dashboard within seconds (checked when a step ends).
         token_sample_rate: fraction of samples whose token rows are kept, chosen by a deterministic hash of
             the sample id; rows of anomalous sequences (non-finite, negative-advantage low-IS, top-1% KL) are
             always kept, with ``sampled = false``.
@@ -131,20 +134,24 @@ class Collector:
     def __init__(self, root: str | os.PathLike, config: Mapping[str, Any] | None = None,
                  clip: Sequence[float] = (0.2, 0.2), seq_clip: Sequence[float] | None = None,
                  name: str | None = None, algorithm: str | None = None, rank: int = 0, world_size: int = 1,
-                 flush_every: int = 10, token_sample_rate: float = 0.05, neg_adv_delta: float = 0.223,
-                 dual_clip_c: float = 3.0, monitor: Any = None, strict: bool = False, queue_size: int = 64,
-                 process_group: Any = None):
+                 flush_every: int = 10, flush_every_s: float = 5.0, token_sample_rate: float = 0.05,
+                 neg_adv_delta: float = 0.223, dual_clip_c: float = 3.0, monitor: Any = None, strict: bool = False,
+                 queue_size: int = 64, process_group: Any = None):
         if len(tuple(clip)) != 2:
             raise ValueError(f"clip must be (eps_low, eps_high), got {clip!r}")
         if not 0.0 <= token_sample_rate <= 1.0:
             raise ValueError(f"token_sample_rate must be in [0, 1], got {token_sample_rate}")
         if flush_every < 1:
             raise ValueError(f"flush_every must be >= 1, got {flush_every}")
+        if not flush_every_s > 0:
+            raise ValueError(f"flush_every_s must be > 0 seconds, got {flush_every_s}")
         seq_clip = tuple(clip) if seq_clip is None else tuple(seq_clip)
         self.root = Path(root)
         self.rank, self.world_size = int(rank), int(world_size)
         self.strict = strict
         self.flush_every = flush_every
+        self.flush_every_s = float(flush_every_s)
+        self._last_flush = time.monotonic()
         self.token_sample_rate = float(token_sample_rate)
         self.bands = Bands(float(clip[0]), float(clip[1]), float(seq_clip[0]), float(seq_clip[1]),
                            float(dual_clip_c), float(neg_adv_delta))
@@ -584,8 +591,10 @@ class Collector:
         self._step, self._aggs, self._updates, self._seq_k3, self._user = None, {}, set(), [], {}
         self._rollout = _RolloutCache()
         self._steps_since_flush += 1
-        if self.writer is not None and self._steps_since_flush >= self.flush_every:
+        if self.writer is not None and (self._steps_since_flush >= self.flush_every
+                                        or time.monotonic() - self._last_flush >= self.flush_every_s):
             self._steps_since_flush = 0
+            self._last_flush = time.monotonic()
             self.writer.flush()
         if self.monitor is not None and watch:
             self._guard("monitor", self.monitor.on_step, step, metrics)

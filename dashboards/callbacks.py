@@ -27,8 +27,8 @@ def register(app, source: RunSource) -> None:
             return []
         return source.valid([value] if isinstance(value, str) else [str(v) for v in value])
 
-    @app.callback(Output("data-version", "data"), Output("run-select", "options"), Output("status", "children"),
-                  Input("tick", "n_intervals"), State("data-version", "data"))
+    @app.callback(Output("data-version", "data"), Output("run-select", "options"), Output("compare-select", "options"),
+                  Output("status", "children"), Input("tick", "n_intervals"), State("data-version", "data"))
     def poll(_n, version):
         # Re-read only when a run's files changed (RunSource.poll compares file signatures).
         changed = source.poll()
@@ -36,10 +36,17 @@ def register(app, source: RunSource) -> None:
             raise PreventUpdate
         names = source.names()
         status = f"{len(names)} run(s) · refreshed {time.strftime('%H:%M:%S')}"
-        return source.version, [{"label": n, "value": n} for n in names], status
+        opts = [{"label": n, "value": n} for n in names]
+        return source.version, opts, opts, status
+
+    @app.callback(Output("selected-runs", "data"), Input("run-select", "value"), Input("compare-select", "value"))
+    def select(run, compare):
+        # the focus run first, then the runs it is compared with (each once)
+        names = ([run] if isinstance(run, str) and run else []) + [c for c in compare or [] if isinstance(c, str)]
+        return _runs(list(dict.fromkeys(names)))
 
     @app.callback(Output("view-overview", "style"), Output("g-overview", "figure"), Output("overview-note", "children"),
-                  Input("tabs", "value"), Input("run-select", "value"), Input("data-version", "data"))
+                  Input("tabs", "value"), Input("selected-runs", "data"), Input("data-version", "data"))
     def overview(tab, runs, _v):
         if tab != "overview":
             return HIDDEN, no_update, no_update
@@ -50,7 +57,7 @@ def register(app, source: RunSource) -> None:
         _register_series(app, source, view, gid)
 
     @app.callback(Output("view-ratios", "style"), Output("g-ratios-heat", "figure"), Output("g-clipping", "figure"),
-                  Input("tabs", "value"), Input("run-select", "value"), Input("ratio-level", "value"),
+                  Input("tabs", "value"), Input("selected-runs", "data"), Input("ratio-level", "value"),
                   Input("data-version", "data"))
     def ratios(tab, runs, level, _v):
         if tab != "ratios":
@@ -60,17 +67,21 @@ def register(app, source: RunSource) -> None:
             views_series.render_panels(source, runs, "clipping")[0]
 
     @app.callback(Output("view-turns", "style"), Output("g-turns-heat", "figure"), Output("g-turns", "figure"),
-                  Input("tabs", "value"), Input("run-select", "value"), Input("data-version", "data"))
+                  Output("turns-note", "children"), Output("g-turns-heat", "style"), Output("g-turns", "style"),
+                  Input("tabs", "value"), Input("selected-runs", "data"), Input("data-version", "data"))
     def turns(tab, runs, _v):
         if tab != "turns":
-            return HIDDEN, no_update, no_update
+            return HIDDEN, no_update, no_update, no_update, no_update, no_update
         runs = _runs(runs)
+        missing = views_series.turns_missing(source, runs)
+        if missing:  # a message instead of empty panels
+            return SHOWN, no_update, no_update, missing, HIDDEN, HIDDEN
         return SHOWN, views_series.render_turn_heatmap(source, runs), \
-            views_series.render_panels(source, runs, "turns", with_bands=False)[0]
+            views_series.render_panels(source, runs, "turns", with_bands=False)[0], "", SHOWN, SHOWN
 
     @app.callback(Output("view-alerts", "style"), Output("g-timeline", "figure"), Output("findings", "children"),
                   Output("alerts-table", "children"),
-                  Input("tabs", "value"), Input("run-select", "value"), Input("data-version", "data"))
+                  Input("tabs", "value"), Input("selected-runs", "data"), Input("data-version", "data"))
     def alerts(tab, runs, _v):
         if tab != "alerts":
             return HIDDEN, no_update, no_update, no_update
@@ -94,7 +105,7 @@ def register(app, source: RunSource) -> None:
         return step, "sequences"
 
     @app.callback(Output("view-sequences", "style"), Output("seq-table", "children"), Output("seq-info", "children"),
-                  Input("tabs", "value"), Input("run-select", "value"), Input("step-input", "value"),
+                  Input("tabs", "value"), Input("selected-runs", "data"), Input("step-input", "value"),
                   Input("seq-by", "value"), Input("data-version", "data"))
     def sequence_table(tab, runs, step, by, _v):
         if tab != "sequences":
@@ -117,7 +128,7 @@ def register(app, source: RunSource) -> None:
         return ctx.triggered_id["index"]
 
     @app.callback(Output("seq-header", "children"), Output("token-spans", "children"), Output("g-tokens", "figure"),
-                  Input("seq-selected", "data"), Input("color-by", "value"), State("run-select", "value"))
+                  Input("seq-selected", "data"), Input("color-by", "value"), State("selected-runs", "data"))
     def token_view(key, color_by, runs):
         runs = _runs(runs)
         row = views_sequences.parse_row_key(key) if key else None
@@ -129,7 +140,7 @@ def _register_series(app, source: RunSource, view: str, gid: str) -> None:
         return source.valid([value] if isinstance(value, str) else [str(v) for v in value or []])
 
     @app.callback(Output(f"view-{view}", "style"), Output(gid, "figure"),
-                  Input("tabs", "value"), Input("run-select", "value"), Input("data-version", "data"))
+                  Input("tabs", "value"), Input("selected-runs", "data"), Input("data-version", "data"))
     def render(tab, runs, _v):
         if tab != view:
             return HIDDEN, no_update

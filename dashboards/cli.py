@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import socket
+import sys
 from pathlib import Path
 
 
@@ -20,9 +21,29 @@ def main(args: argparse.Namespace) -> int:
     from arldiag.dashboards.app import create_app
     from arldiag.dashboards.security import is_loopback, new_token
 
+    from arldiag.dashboards.source import discover_runs
+    from arldiag.store.reader import read_manifest
+
     if not args.root.is_dir():
-        print(f"arldiag dashboard: {args.root} is not a directory")
+        what = "does not exist" if not args.root.exists() else "is a file, not a folder of runs"
+        print(f"arldiag dashboard: error: {args.root} {what}", file=sys.stderr)
         return 2
+    names = discover_runs(args.root)
+    if not names:
+        print(f"arldiag dashboard: error: {args.root} holds no run (no run.json found up to 3 levels down)",
+              file=sys.stderr)
+        return 2
+    broken = []
+    for n in names:  # a broken run.json is named now, not as an HTTP 500 later
+        try:
+            read_manifest(args.root / n)
+        except ValueError as exc:
+            broken.append(str(exc))
+    if len(broken) == len(names):
+        print(f"arldiag dashboard: error: no readable run under {args.root}: {broken[0]}", file=sys.stderr)
+        return 2
+    for msg in broken:
+        print(f"arldiag dashboard: warning: {msg}", file=sys.stderr)
     token = args.token
     if not is_loopback(args.host) and not token:
         token = new_token()

@@ -36,6 +36,21 @@ def timeline(run: Any) -> tuple[pd.DataFrame, str]:
     return last, (reason + "; showing stored alerts") if reason else ""
 
 
+def collapse(run: Any) -> int | None:
+    """The run's collapse step (the detectors' documented label), None when it did not collapse or without
+    detectors."""
+    try:
+        from arldiag.detectors import collapse_step
+    except Exception:  # noqa: BLE001 - the dashboard works without the detectors
+        return None
+    try:
+        steps = collapse_step(run)
+    except Exception:  # noqa: BLE001 - a run without outcome series has no label
+        return None
+    vals = [v for v in steps.values() if v is not None]
+    return int(vals[0]) if vals else None
+
+
 def findings(run: Any) -> tuple[list[dict], str]:
     """Findings of every registered detector as dicts (Finding.to_dict), or ([], reason)."""
     detect, _, reason = load()

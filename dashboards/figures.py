@@ -9,7 +9,12 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-RUN_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"]
+# Runs in compare mode: no red (red means critical) and no orange/yellow (the alert shading)
+RUN_COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"]
+# Series of one run: a distinct colour per metric of a panel (no red either)
+SERIES_COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#8c564b", "#e377c2"]
+COLLAPSE_COLOR = "#c8102e"
+STATE_ALPHA = {"watch": 0.10, "warning": 0.18, "critical": 0.28}  # compare mode: run colour, darker = more severe
 METRIC_DASHES = ["solid", "dot", "dash", "dashdot", "longdash"]
 STATE_COLORS = {"watch": "rgba(255, 215, 0, 0.18)", "warning": "rgba(255, 140, 0, 0.18)",
                 "critical": "rgba(220, 20, 60, 0.14)"}
@@ -26,47 +31,88 @@ def message_figure(text: str, height: int = 220) -> go.Figure:
     return fig
 
 
+def _rgba(hex_color: str, alpha: float) -> str:
+    h = hex_color.lstrip("#")
+    return f"rgba({int(h[0:2], 16)}, {int(h[2:4], 16)}, {int(h[4:6], 16)}, {alpha})"
+
+
+def recorded_panels(series: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str, Sequence[str]]]
+                    ) -> tuple[list[tuple[str, list[str]]], list[str]]:
+    """(panels with at least one recorded metric, keeping only those metrics; titles of the others)."""
+    keep, missing = [], []
+    for title, metrics in panels:
+        have = [m for m in metrics if any(m in df and np.isfinite(df[m].to_numpy(float)).any()
+                                           for df in series.values())]
+        (keep.append((title, have)) if have else missing.append(title))
+    return keep, missing
+
+
 def panel_figure(series: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str, Sequence[str]]],
-                 bands: Sequence[tuple[int, int, str]] = (), height_per_panel: int = 170,
-                 title: str = "") -> go.Figure:
-    """Stacked line panels sharing the step axis. ``series``: run name -> frame with ``step`` and metric columns
-    (runs are colours, metrics in a panel are dash styles); ``bands``: (first, last, state) shaded over all panels."""
-    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.04,
+                 bands: Mapping[str, Sequence[tuple[int, int, str]]] | Sequence[tuple[int, int, str]] = (),
+                 height_per_panel: int = 190, title: str = "",
+                 collapse: Mapping[str, int | None] | None = None) -> go.Figure:
+    """Stacked line panels sharing the step axis (step ticks on every panel).
+
+    ``series``: run name -> frame with ``step`` and metric columns. One run: each metric of a panel has its own
+    colour. Several runs (compare mode): each run has its colour (never red), metrics are dash styles.
+    ``bands``: {run: [(first, last, state)]} (or one run's list) shaded over all panels: one run in the alert
+    colours, several runs each in its own colour (darker = more severe). ``collapse``: {run: collapse step},
+    drawn as a vertical line. Panels whose metrics were not recorded are left out and named in the title."""
+    panels, missing = recorded_panels(series, panels)
+    if not panels:
+        return message_figure("not recorded: " + "; ".join(missing))
+    n = len(panels)
+    height = max(240, height_per_panel * n + 80)
+    # the gap holds the tick labels of the panel above and the title of the panel below (~70 px)
+    fig = make_subplots(rows=n, cols=1, shared_xaxes=True, vertical_spacing=min(0.3, 70 / height),
                         subplot_titles=[p[0] for p in panels])
+    fig.update_annotations(font_size=12)  # the subplot titles (the only annotations so far)
+    compare = len(series) > 1
     for row, (_, metrics) in enumerate(panels, start=1):
         # one legend per panel, beside it (plotly >= 5.15 multiple legends): names stay next to their curves
         legend = "legend" if row == 1 else f"legend{row}"
         top = fig.layout["yaxis" if row == 1 else f"yaxis{row}"].domain[1]
         fig.layout[legend] = dict(x=1.01, xanchor="left", y=top, yanchor="top", font=dict(size=10),
                                   tracegroupgap=2)
-        recorded = False
         for ri, (run, df) in enumerate(series.items()):
             for mi, m in enumerate(metrics):
                 if m not in df or not np.isfinite(df[m].to_numpy(float)).any():
                     continue
-                recorded = True
-                name = f"{run} · {m}" if len(series) > 1 else m
+                color = RUN_COLORS[ri % len(RUN_COLORS)] if compare else SERIES_COLORS[mi % len(SERIES_COLORS)]
+                dash = METRIC_DASHES[mi % len(METRIC_DASHES)] if compare else "solid"
                 fig.add_trace(go.Scatter(
-                    x=df["step"], y=df[m], mode="lines", name=name, legend=legend,
-                    line=dict(color=RUN_COLORS[ri % len(RUN_COLORS)], dash=METRIC_DASHES[mi % len(METRIC_DASHES)],
-                              width=1.6),
-                    connectgaps=False, hovertemplate="%{y:.4g}"), row=row, col=1)
-        if not recorded:
-            axis = "" if row == 1 else str(row)
-            fig.add_annotation(text="not recorded", showarrow=False, xref=f"x{axis} domain",
-                               yref=f"y{axis} domain", x=0.5, y=0.5, font=dict(color="#888"))
-    _add_bands(fig, bands)
-    fig.update_layout(**{k: v for k, v in LAYOUT.items() if k != "legend"},
-                      height=max(220, height_per_panel * len(panels) + 60), title=title or None)
-    fig.update_xaxes(title_text="step", row=len(panels), col=1)
+                    x=df["step"], y=df[m], mode="lines", name=f"{run} · {m}" if compare else m, legend=legend,
+                    line=dict(color=color, dash=dash, width=1.6), connectgaps=False,
+                    hovertemplate="%{y:.4g}"), row=row, col=1)
+    if not isinstance(bands, Mapping):
+        bands = {next(iter(series), ""): bands}
+    for ri, run in enumerate(series):
+        _add_bands(fig, bands.get(run, ()), RUN_COLORS[ri % len(RUN_COLORS)] if compare else None)
+    for ri, run in enumerate(series):
+        c = (collapse or {}).get(run)
+        if c is not None:
+            # one line over every panel (the step axes are shared), labelled once above the top panel
+            color = RUN_COLORS[ri % len(RUN_COLORS)] if compare else COLLAPSE_COLOR
+            fig.add_shape(type="line", xref="x", yref="paper", x0=c, x1=c, y0=0, y1=1,
+                          line=dict(color=color, width=2, dash="dash"), name=f"collapse {run}")
+            fig.add_annotation(x=c, y=1, xref="x", yref="paper", yanchor="bottom", showarrow=False,
+                               text=f"collapse {c}" + (f" ({run})" if compare else ""), font=dict(size=10))
+    note = ("not recorded: " + "; ".join(missing)) if missing else ""
+    fig.update_layout(**{k: v for k, v in LAYOUT.items() if k != "legend"}, height=height,
+                      title=dict(text=" · ".join(t for t in (title, note) if t) or None, font=dict(size=12)),
+                      meta={"collapse": {r: c for r, c in (collapse or {}).items() if c is not None}})
+    fig.update_xaxes(showticklabels=True)  # shared axes show ticks on the bottom panel only
+    fig.update_xaxes(title_text="step", row=n, col=1)
     return fig
 
 
-def _add_bands(fig: go.Figure, bands: Sequence[tuple[int, int, str]]) -> None:
+def _add_bands(fig: go.Figure, bands: Sequence[tuple[int, int, str]], run_color: str | None = None) -> None:
     # One shape per band spanning the whole figure (yref=paper): cheap even with many panels.
     for first, last, state in bands:
+        fill = _rgba(run_color, STATE_ALPHA.get(state, 0.1)) if run_color else \
+            STATE_COLORS.get(state, "rgba(128,128,128,0.2)")
         fig.add_shape(type="rect", xref="x", yref="paper", x0=first - 0.5, x1=last + 0.5, y0=0, y1=1,
-                      fillcolor=STATE_COLORS.get(state, "rgba(128,128,128,0.2)"), line_width=0, layer="below")
+                      fillcolor=fill, line_width=0, layer="below", name=f"alert {state}")
 
 
 def ratio_heatmap_figure(hist: Mapping[str, Any], band: tuple[float, float] | None = None) -> go.Figure:
@@ -88,7 +134,7 @@ def ratio_heatmap_figure(hist: Mapping[str, Any], band: tuple[float, float] | No
                 if math.isfinite(e) and abs(e) <= hist["half_range"]:
                     fig.add_hline(y=e, line=dict(color="white", dash="dash", width=1), row=1, col=col)
     what = "sequence log ratio log s_i" if hist.get("level") == "sequences" else "token log ratio log r_t (sampled)"
-    fig.update_layout(**{**LAYOUT, "hovermode": "closest"}, height=380,
+    fig.update_layout(**{**LAYOUT, "hovermode": "closest", "margin": {**LAYOUT["margin"], "t": 70}}, height=400,
                       title=f"{what}: distribution per step (dashed: clip band)")
     fig.update_yaxes(title_text="log ratio", row=1, col=1)
     fig.update_xaxes(title_text="step")

@@ -21,11 +21,16 @@ def build_layout(source: RunSource, refresh_ms: int = 2000) -> html.Div:
     return html.Div(className="page", children=[
         html.Div(className="header", children=[
             html.H3("arldiag"),
+            # one run by default (the most recently written: names are newest first); comparing is a choice
             dcc.Dropdown(id="run-select", options=[{"label": n, "value": n} for n in names],
-                         value=names[:1], multi=True, placeholder="pick runs", className="runs"),
+                         value=names[0] if names else None, multi=False, clearable=False,
+                         placeholder="pick a run", className="runs"),
+            dcc.Dropdown(id="compare-select", options=[{"label": n, "value": n} for n in names], value=[],
+                         multi=True, placeholder="compare with...", className="runs compare"),
             html.Span(id="status", className="muted",
                       children=f"{len(names)} run(s) under {source.root.name or source.root}"),
         ]),
+        dcc.Store(id="selected-runs", data=names[:1]),
         dcc.Tabs(id="tabs", value="overview", children=[dcc.Tab(label=label, value=v) for v, label in TABS]),
         html.Div(id="view-overview", children=[html.Div(id="overview-note", className="muted"),
                                                _graph("g-overview")]),
@@ -37,14 +42,15 @@ def build_layout(source: RunSource, refresh_ms: int = 2000) -> html.Div:
         html.Div(id="view-kl", style=HIDDEN, children=[_graph("g-kl")]),
         html.Div(id="view-advantages", style=HIDDEN, children=[_graph("g-advantages")]),
         html.Div(id="view-entropy", style=HIDDEN, children=[_graph("g-entropy")]),
-        html.Div(id="view-turns", style=HIDDEN, children=[_graph("g-turns-heat"), _graph("g-turns")]),
+        html.Div(id="view-turns", style=HIDDEN, children=[html.Div(id="turns-note", className="notice"),
+                                                          _graph("g-turns-heat"), _graph("g-turns")]),
         html.Div(id="view-alerts", style=HIDDEN, children=[
             _graph("g-timeline"), html.H4("Findings (first selected run)"), html.Div(id="findings"),
             html.H4("Stored alerts"), html.Div(id="alerts-table")]),
         html.Div(id="view-sequences", style=HIDDEN, children=[
             html.Div(className="controls", children=[
                 html.Label("step "), dcc.Input(id="step-input", type="number", debounce=True, min=0, step=1,
-                                               placeholder="latest", style={"width": "140px"}),
+                                               placeholder="first warning", style={"width": "140px"}),
                 dcc.RadioItems(id="seq-by", value="ppo_kl_k3_sum", inline=True, options=[
                     {"label": " largest k3 KL", "value": "ppo_kl_k3_sum"},
                     {"label": " negative-A low-IS", "value": "neg_adv_low_is"},

@@ -40,6 +40,14 @@ def step_range(run: Any) -> tuple[int | None, int | None, int]:
     return (None if lo is None else int(lo)), (None if hi is None else int(hi)), int(n or 0)
 
 
+def last_signal_step(run: Any) -> int | None:
+    """The last step holding a sequence row with a non-zero advantage (None without such rows)."""
+    if "advantage" not in columns(run, "sequences"):
+        return None
+    v = run.con.execute("select max(step) from sequences where advantage <> 0").fetchall()[0][0]
+    return None if v is None else int(v)
+
+
 def bucket_width(lo: int | None, hi: int | None, max_points: int) -> int:
     """Steps per bucket so that [lo, hi] fits in at most ``max_points`` buckets."""
     if lo is None or hi is None:

@@ -22,7 +22,7 @@ TABLE_DIRS = ("tokens", "sequences", "turns", "groups", "steps", "alerts")
 
 
 def discover_runs(root: Path) -> list[str]:
-    """Relative POSIX names of the run dirs (dirs holding run.json) under ``root``, newest first.
+    """Relative POSIX names of the run dirs (dirs holding run.json) under ``root``, most recently written first.
 
     Symlinked directories are not followed during discovery, so a link cannot pull in a run from outside the root.
     """
@@ -36,7 +36,8 @@ def discover_runs(root: Path) -> list[str]:
             return
         if any(e.name == "run.json" and e.is_file(follow_symlinks=False) for e in entries):
             rel = d.relative_to(root).as_posix()
-            found.append((_mtime(d / "run.json"), rel))
+            # last written: run.json or a table folder (a folder's mtime changes when a part is renamed into it)
+            found.append((max(_mtime(d / n) for n in ("run.json", *TABLE_DIRS)), rel))
             return  # a run's table folders are not runs
         if depth >= MAX_DEPTH:
             return

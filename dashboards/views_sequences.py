@@ -34,19 +34,36 @@ def _cell(v: Any, digits: int | None) -> Any:
 
 
 def resolve_step(source: RunSource, name: str, step: Any) -> int | None:
-    """The step the user picked, or the run's last step when none was picked."""
+    """The step the user picked; when none was, the first step whose alert state reached warning (where the
+    build-up shows), else the last step with a non-zero-advantage sequence row (a collapsed run's last steps hold
+    only zero-advantage rows), else the last step."""
+    return resolve_default(source, name, step)[0]
+
+
+def resolve_default(source: RunSource, name: str, step: Any) -> tuple[int | None, str]:
+    """(step, why it was chosen) -- see resolve_step."""
+    from arldiag.dashboards import detectors_bridge
+
     if step not in (None, ""):
         try:
-            return int(float(step))
+            return int(float(step)), ""
         except (TypeError, ValueError):
             raise ValueError(f"step must be an integer, got {step!r}") from None
+    t, _ = source.cached(name, ("timeline",), detectors_bridge.timeline)
+    if t is not None and len(t):
+        warn = t[t["state"].astype(str).isin(("warning", "critical"))]
+        if len(warn):
+            return int(warn["step"].min()), "first warning"
+    last = source.cached(name, ("last_signal_step",), queries.last_signal_step)
+    if last is not None:
+        return last, "last step with non-zero advantages"
     _, hi, _ = source.cached(name, ("step_range",), queries.step_range)
-    return hi
+    return hi, "latest"
 
 
 def render_table(source: RunSource, name: str, step: Any, by: str) -> tuple[list[dict], str]:
     """(DataTable rows, info line) for the worst sequences of ``step`` (the last step when None)."""
-    s = resolve_step(source, name, step)
+    s, why = resolve_default(source, name, step)
     if s is None:
         return [], "no steps recorded yet"
     df = source.cached(name, ("worst", s, by), lambda run: queries.worst_sequences(run, s, by))
@@ -54,7 +71,7 @@ def render_table(source: RunSource, name: str, step: Any, by: str) -> tuple[list
         return [], f"step {s}: no sequence rows"
     rows = [{c: _cell(r.get(c), d) for c, _, d in TABLE_COLUMNS}
             | {"step": s, "id": row_key(s, r["sample_id"], r["update"], r["rank"])} for r in df.to_dict("records")]
-    pick = "" if step not in (None, "") else " (latest; click a chart point or type a step)"
+    pick = "" if step not in (None, "") else f" ({why}; click a chart point or type a step)"
     return rows, f"step {s}{pick}: {len(rows)} worst sequence rows by {by}; click a row to see its tokens"
 
 

@@ -77,19 +77,44 @@ def bands(source: RunSource, name: str) -> tuple[list[tuple[int, int, str]], str
     return queries.state_segments(t), note
 
 
+def collapse_step(source: RunSource, name: str) -> int | None:
+    return source.cached(name, ("collapse",), detectors_bridge.collapse)
+
+
 def render_panels(source: RunSource, runs: Sequence[str], view: str, with_bands: bool = True
                   ) -> tuple[go.Figure, str]:
-    """(figure, note) for a step-series view over the selected runs (alert bands of the first run)."""
+    """(figure, note) for a step-series view over the selected runs: alert bands of every run (its own colour in
+    compare mode), the collapse step of each run as a vertical line."""
     if not runs:
         return figures.message_figure("no run selected"), ""
     data = series(source, runs, view)
-    segs, note = bands(source, runs[0]) if with_bands else ([], "")
+    segs, notes = {}, []
+    for name in runs if with_bands else []:
+        segs[name], note = bands(source, name)
+        notes.append(note)
+    note = next((n for n in notes if n), "")
     if all(df.empty for df in data.values()):
         return figures.message_figure("no steps recorded yet"), note
     if with_bands:  # the alert view's findings are the slowest query: compute them while the user reads this
         source.warm(runs[0], ("findings",), detectors_bridge.findings)
-    title = f"shaded: alert state of {runs[0]} (yellow watch, orange warning, red critical)" if segs else ""
-    return figures.panel_figure(data, PANELS[view], bands=segs, title=title), note
+    title = ""
+    if any(segs.values()):
+        title = (f"shaded: alert state of {runs[0]} (yellow watch, orange warning, red critical)" if len(runs) == 1
+                 else "shaded: each run's alert state in the run's colour (darker: more severe)")
+    collapse = {name: collapse_step(source, name) for name in runs}
+    return figures.panel_figure(data, PANELS[view], bands=segs, title=title, collapse=collapse), note
+
+
+def turns_missing(source: RunSource, runs: Sequence[str]) -> str:
+    """A message when none of the selected runs recorded turns (the Turns tab shows it instead of empty panels)."""
+    if not runs:
+        return "no run selected"
+    data = series(source, runs, "turns")
+    heat = [source.cached(n, ("turn_heatmap",), queries.turn_heatmap) for n in runs]
+    if any(h is not None and not h.empty for h in heat) or figures.recorded_panels(data, PANELS["turns"])[0]:
+        return ""
+    return (f"Turns were not recorded for {', '.join(runs)}: the run has no turn rows (single-turn samples, or "
+            "turn_ids were not given to record_rollout / record_update).")
 
 
 def render_ratios(source: RunSource, runs: Sequence[str], level: str) -> go.Figure:

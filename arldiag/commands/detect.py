@@ -4,7 +4,7 @@ Exit code 1 when --fail-on is given and a fired finding reaches that severity (f
 """
 from __future__ import annotations
 
-from arldiag.findings import SEVERITIES, severity_rank
+from arldiag.findings import SEVERITIES, order_findings, severity_rank
 
 
 def add_arguments(p) -> None:
@@ -35,6 +35,19 @@ def main(args) -> int:
     return 0
 
 
+# ANSI colours of the severities (the report's palette): only on a terminal, and never with NO_COLOR set
+ANSI = {"critical": "\033[1;31m", "warning": "\033[33m", "watch": "\033[93m"}
+
+
+def _paint(severity: str, text: str) -> str:
+    import os
+    import sys
+
+    if severity not in ANSI or not sys.stdout.isatty() or os.environ.get("NO_COLOR"):
+        return text
+    return f"{ANSI[severity]}{text}\033[0m"
+
+
 def _state_line(tl) -> str:
     parts = []
     for i, st in enumerate(("watch", "warning", "critical")):
@@ -47,19 +60,23 @@ def _state_line(tl) -> str:
 
 
 def _print_text(findings, names, show_all: bool, timeline) -> None:
-    order = {"fired": 0, "skipped": 1, "quiet": 2}
+    from arldiag.report.verdict import detector_warmup
+
+    warmup = detector_warmup()
     for name in names:
-        mine = [f for f in findings if f.run == name]
+        mine = order_findings([f for f in findings if f.run == name])
         fired = [f for f in mine if f.fired]
-        fired.sort(key=lambda f: (-severity_rank(f.severity), f.first_step if f.first_step is not None else 0))
         print(f"run {name}: {len(fired)} of {len(mine)} detectors fired, "
               f"{sum(f.status == 'skipped' for f in mine)} skipped")
-        print("  " + _state_line(timeline[timeline["run"] == name]))
-        rows = fired + sorted((f for f in mine if not f.fired), key=lambda f: order[f.status]) if show_all \
-            else fired
+        tl = timeline[timeline["run"] == name]
+        print("  " + _state_line(tl))
+        if len(tl) < warmup and not any(severity_rank(f.severity) >= severity_rank("warning") for f in fired):
+            print(f"  not enough history: {len(tl)} step(s) recorded, the detectors need {warmup} before they can "
+                  "tell a healthy run from a failing one")
+        rows = mine if show_all else fired
         for f in rows:
             if f.fired:
-                print(f"  {f.severity.upper():8s} {f.detector:<18} first step {f.first_step:<6} "
+                print(f"  {_paint(f.severity, f'{f.severity.upper():8s}')} {f.detector:<18} first step {f.first_step:<6} "
                       f"{len(f.steps):>4} steps  {f.title}")
                 if f.evidence.get("note"):
                     print(f"  {'':8s} {'':<18} peak at step {f.evidence.get('peak_step')}: {f.evidence['note']}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -29,6 +30,13 @@ def add_arguments(p) -> None:
     p.add_argument("--min-severity", default="watch", choices=["info", "watch", "warning", "critical"],
                    help="lowest severity printed on the console")
     p.add_argument("--restart", action="store_true", help="ignore the saved position and evaluate from step 0")
+    p.add_argument("--wait", action="store_true",
+                   help="wait for the run to appear (its run.json) instead of failing; for a watch started "
+                        "before the trainer")
+    p.add_argument("--quiet", action="store_true", help="do not print what watch is waiting for")
+
+
+WAIT_NOTE_EVERY_S = 30.0  # the first waiting line is printed at once, then at most this often
 
 
 class Watcher:
@@ -69,6 +77,16 @@ class Watcher:
         except OSError:
             pass  # read-only store: resume falls back to the alerts table
 
+    def waiting_for(self) -> str:
+        """What this watcher waits for, in words (printed while no new step arrives)."""
+        steps_dir = self.path / "steps"
+        if not steps_dir.is_dir() or not any(p.name.endswith(".parquet") for p in steps_dir.iterdir()):
+            return (f"the first steps part in {steps_dir} (the collector publishes every flush_every steps or "
+                    "flush_every_s seconds, whichever comes first)")
+        last = self.monitor.last_step
+        return (f"steps after step {last}" if last is not None else "a complete step") + \
+            f" (run status {self.run.manifests.get(self.name, {}).get('status', '?')})"
+
     def finished(self) -> bool:
         return self.run.manifests.get(self.name, {}).get("status") == "finished"
 
@@ -105,7 +123,20 @@ def main(args) -> int:
 
     if args.interval <= 0:
         raise ValueError(f"--interval must be > 0, got {args.interval}")
-    run = open_run(args.run)
+    t0 = time.monotonic()
+    note = _Notes(args.quiet, t0)
+    run = None
+    while run is None:
+        try:
+            run = open_run(args.run)
+        except FileNotFoundError:
+            if not args.wait:
+                raise
+            note.say(f"waiting for run.json in {args.run}")
+            if args.once or (args.max_seconds is not None and
+                             time.monotonic() - t0 + args.interval > args.max_seconds):
+                return 0
+            time.sleep(args.interval)
     writers, watchers = [], []
     for name in run.names:
         sinks: list = ["console"]
@@ -118,12 +149,15 @@ def main(args) -> int:
 
             sinks.append(WebhookSink(args.webhook))
         watchers.append(Watcher(run, name, sinks, args.restart, args.min_severity, save_state=not args.no_store))
-    t0 = time.monotonic()
     try:
         while True:
             run.refresh()
-            for w in watchers:
-                w.poll()
+            new = sum(w.poll() for w in watchers)
+            if new:
+                note.reset()
+            elif not all(w.finished() for w in watchers):
+                note.say("; ".join(f"{w.name}: waiting for {w.waiting_for()}" for w in watchers
+                                   if not w.finished()))
             for wr in writers:
                 wr.flush()
             if args.once or all(w.finished() for w in watchers):
@@ -142,3 +176,20 @@ def main(args) -> int:
         print(f"[arldiag] {w.name}: evaluated {w.evaluated} new steps up to step {w.monitor.last_step}; "
               f"state {w.monitor.state}")
     return 0
+
+
+class _Notes:
+    """Rate-limited "waiting for ..." lines on stderr, with the seconds waited so far."""
+
+    def __init__(self, quiet: bool, t0: float) -> None:
+        self.quiet, self.since, self.last = quiet, t0, None
+
+    def reset(self) -> None:
+        self.since, self.last = time.monotonic(), None
+
+    def say(self, what: str) -> None:
+        now = time.monotonic()
+        if self.quiet or (self.last is not None and now - self.last < WAIT_NOTE_EVERY_S):
+            return
+        self.last = now
+        print(f"[arldiag] {what} ({now - self.since:.0f}s)", file=sys.stderr, flush=True)

@@ -104,10 +104,9 @@ def gather(run: Any, analyse: Analyse = detector_analysis, name: str | None = No
     if timeline is not None and not timeline.empty and "run" in timeline:
         timeline = timeline[timeline["run"] == name]
     timeline = timeline if timeline is not None else pd.DataFrame(columns=["run", "step", "risk", "state"])
-    v = verdict(found, collapse, timeline, registry_lagging())
-
     tick(f"{name}: step series")
     steps = D.step_frame(sub, name)
+    v = verdict(found, collapse, timeline, registry_lagging(), n_steps=len(steps))
     cols = S.resolve(S.ALL_SIGNALS, D.columns_with_data(steps))
     rows = {t: D.table_rows(sub, t, name) for t in ("tokens", "sequences", "turns", "groups", "steps", "alerts")}
     clip, seq_clip = manifest.get("clip"), manifest.get("seq_clip")
@@ -116,7 +115,7 @@ def gather(run: Any, analyse: Analyse = detector_analysis, name: str | None = No
                     sections=sections(manifest, steps, cols, found), rows=rows, clip=clip, seq_clip=seq_clip)
 
     if collapse is not None:  # which recorded metrics moved 20..10 steps before the collapse (detectors.precursors)
-        rep.precursors = precursor_scan(steps, collapse, top=8)
+        rep.precursors = training_precursors(steps, collapse, top=8)
 
     tick(f"{name}: IS-ratio heatmaps")
     rep.heatmaps = _heatmaps(sub, name, rows, clip, seq_clip)
@@ -137,6 +136,46 @@ def gather(run: Any, analyse: Analyse = detector_analysis, name: str | None = No
     return rep
 
 
+def _is_training_signal(col: str) -> bool:
+    """Step columns that describe what training did, not how long it took: wall-clock timings (``*_s``, the
+    trainer's rollout_s / update_s / step_s), the time stamp, the learning-rate schedule and row counters move with
+    the machine or the config, not with the policy."""
+    return not (col in ("step", "time", "lr", "n_updates", "n_tokens", "n_sequences", "n_samples", "n_groups")
+                or col.endswith("_s") or col.endswith("_time") or col.startswith("user/"))
+
+
+def _aliases(a: str, b: str) -> bool:
+    """Two names of one statistic: ``x`` and ``x_mean`` (a trainer's ``response_length`` and arldiag's
+    ``response_length_mean``)."""
+    return a == b + "_mean" or b == a + "_mean"
+
+
+def training_precursors(steps: pd.DataFrame, collapse: int, top: int = 8) -> list[dict]:
+    """The training signals that moved most before the collapse (precursor_scan over the training columns only),
+    one entry per statistic: a column that is an alias of, or equal step by step to, a higher-ranked one is left
+    out, keeping arldiag's own name (schema.STEP_METRICS) over a trainer's."""
+    import numpy as np
+
+    from arldiag.schema import STEP_METRICS
+
+    own = {m.name for m in STEP_METRICS}
+    cols = [c for c in steps.columns if c == "step" or _is_training_signal(c)]
+    ranked = precursor_scan(steps[cols], collapse, top=len(cols))
+    values = lambda c: steps[c].to_numpy(dtype=np.float64, na_value=np.nan)  # noqa: E731
+    kept: list[dict] = []
+    for r in ranked:
+        x = values(r["metric"])
+        dup = next((i for i, k in enumerate(kept) if _aliases(k["metric"], r["metric"])
+                    or np.allclose(values(k["metric"]), x, rtol=1e-4, atol=1e-12, equal_nan=True)), None)
+        if dup is None:
+            kept.append(r)
+        elif r["metric"] in own and kept[dup]["metric"] not in own:
+            kept[dup] = r  # same statistic: show it under arldiag's name
+        if len(kept) >= top and dup is None:
+            break
+    return kept[:top]
+
+
 def _heatmaps(run: Any, name: str, rows: dict[str, int], clip, seq_clip) -> dict[str, D.Heatmap]:
     """Sequence ratios against the sequence band; token ratios (unbiased sample only) against the token band."""
     out = {}
@@ -149,9 +188,15 @@ def _heatmaps(run: Any, name: str, rows: dict[str, int], clip, seq_clip) -> dict
 
 
 def _offender_window(v: Verdict, w: int) -> tuple[int, int] | None:
-    """Around the collapse; else after the first precursor; else the whole run (None)."""
-    if v.collapse_step is not None:
-        return (v.collapse_step - w, v.collapse_step + w)
+    """The build-up, where the sequences that drove the run are (at the collapse step itself a collapsed run holds
+    mostly zero-advantage rows that teach nothing): around the first warning alert, before the collapse; else the
+    steps before the collapse; else after the first precursor; else the whole run (None)."""
+    c = v.collapse_step
+    if v.first_warning_step is not None and (c is None or v.first_warning_step < c):
+        lo, hi = v.first_warning_step - w, v.first_warning_step + w
+        return (max(0, lo), hi if c is None else min(hi, c - 1))
+    if c is not None:
+        return (max(0, c - 3 * w), max(0, c - 1))
     if v.first_precursor is not None:
         return (v.first_precursor["step"], v.first_precursor["step"] + 2 * w)
     return None

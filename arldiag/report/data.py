@@ -239,7 +239,7 @@ def top_offenders(run: Any, name: str, steps: tuple[int, int] | None, n: int = 6
                   pinned: Sequence[dict] = ()) -> list[Offender]:
     """The sequences that drove the window: those named by findings' evidence (``pinned``, dicts with step and
     sample_id), then the largest k3 policy-update KL contributors, half of them among the negative-advantage low-IS
-    set (the ARLArena collapse driver)."""
+    set (the ARLArena collapse driver); rows with a zero advantage are never picked by KL."""
     if table_rows(run, "sequences", name) == 0 or not all(has_column(run, "sequences", c) for c in _SEQ_COLS):
         return []
     rng = "true" if steps is None else "step between ? and ?"
@@ -255,7 +255,8 @@ def top_offenders(run: Any, name: str, steps: tuple[int, int] | None, n: int = 6
                        max(1, n // 2))
     frames.append(f)
     sources += ["neg-adv low-IS"] * len(f)
-    f = _offender_rows(run, name, rng, rparams, "ppo_kl_k3_sum desc nulls last", n)
+    # a zero-advantage row has no gradient through the policy loss: it cannot have driven anything
+    f = _offender_rows(run, name, f"{rng} and advantage <> 0", rparams, "ppo_kl_k3_sum desc nulls last", n)
     frames.append(f)
     sources += ["top KL"] * len(f)
     out, seen = [], set()

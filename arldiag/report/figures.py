@@ -49,16 +49,53 @@ def _vline(fig: go.Figure, x: float, color: str, dash: str, text: str) -> None:
                        font=dict(color=color, size=11))
 
 
+SCALE_RATIO = 10.0  # signals whose typical magnitudes differ more than this get panels of their own
+
+
+def _scale(runs: Sequence, key: str) -> float:
+    """Typical magnitude of a signal: the 95th percentile of |y| over the runs (0 for an all-zero series)."""
+    ys = [np.abs(series(r.steps, r.cols[key])[1]) for r in runs if key in r.cols]
+    y = np.concatenate(ys) if ys else np.zeros(0)
+    y = y[np.isfinite(y)]
+    return float(np.quantile(y, 0.95)) if y.size else 0.0
+
+
+def split_by_scale(runs: Sequence, panel: S.Panel) -> list[tuple[str, list[tuple[int, S.Signal]]]]:
+    """A panel's signals grouped so that no group spans more than SCALE_RATIO in magnitude (ppo_kl ~0.07 next to
+    kl_ref_k3 ~3 would be a flat line at zero): [(title, [(index in the panel, signal)])], largest scale first.
+    All-zero signals join the group of the smallest scale."""
+    present = [(j, sig, _scale(runs, sig.key)) for j, sig in enumerate(panel.signals)
+               if any(sig.key in r.cols for r in runs)]
+    nonzero = sorted((t for t in present if t[2] > 0), key=lambda t: -t[2])
+    groups: list[list[tuple[int, S.Signal, float]]] = []
+    for t in nonzero:
+        if groups and groups[-1][0][2] <= SCALE_RATIO * t[2]:
+            groups[-1].append(t)
+        else:
+            groups.append([t])
+    zeros = [t for t in present if t[2] == 0]
+    if not groups:
+        groups = [zeros] if zeros else []
+    else:
+        groups[-1].extend(zeros)
+    if len(groups) <= 1:
+        return [(panel.title, [(j, sig) for j, sig, _ in sorted(g, key=lambda t: t[0])]) for g in groups]
+    return [(f"{panel.title}: {', '.join(sig.label for _, sig, _ in sorted(g, key=lambda t: t[0]))}",
+             [(j, sig) for j, sig, _ in sorted(g, key=lambda t: t[0])]) for g in groups]
+
+
 def timeline_figure(runs: Sequence, max_points: int) -> go.Figure | None:
-    """Key signals in stacked panels (shared step axis); the first run solid, a baseline dashed. Alert bands and
-    markers come from the first run."""
-    panels = [p for p in S.TIMELINE if any(s.key in r.cols for r in runs for s in p.signals)]
+    """Key signals in stacked panels (one step axis, ticks on every panel); the first run solid, a baseline dashed.
+    Signals of different scale get panels of their own (split_by_scale). Alert bands and markers come from the
+    first run."""
+    panels = [(title, sigs, p.log_y) for p in S.TIMELINE for title, sigs in split_by_scale(runs, p)]
     if not panels:
         return None
-    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.04,
-                        subplot_titles=[p.title for p in panels])
-    for row, panel in enumerate(panels, start=1):
-        for j, sig in enumerate(panel.signals):
+    height = 190 * len(panels) + 120
+    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=min(0.2, 70 / height),
+                        subplot_titles=[t for t, _, _ in panels])
+    for row, (_, sigs, log_y) in enumerate(panels, start=1):
+        for j, sig in sigs:
             for k, r in enumerate(runs):
                 col = r.cols.get(sig.key)
                 if col is None:
@@ -73,8 +110,8 @@ def timeline_figure(runs: Sequence, max_points: int) -> go.Figure | None:
                                                    width=1.6),
                                          hovertemplate=f"{col}<br>step %{{x}}<br>%{{y:.4g}}<extra>{r.name}</extra>"),
                               row=row, col=1)
-        ys = [series(r.steps, r.cols[sig.key])[1] for sig in panel.signals for r in runs if sig.key in r.cols]
-        if panel.log_y and all((y > 0).all() for y in ys):  # a log axis would hide zeros (steps without update)
+        ys = [series(r.steps, r.cols[sig.key])[1] for _, sig in sigs for r in runs if sig.key in r.cols]
+        if log_y and all((y > 0).all() for y in ys):  # a log axis would hide zeros (steps without update)
             fig.update_yaxes(type="log", row=row, col=1)
     main = runs[0]
     for x0, x1, state in alert_segments(main.timeline):
@@ -94,8 +131,9 @@ def timeline_figure(runs: Sequence, max_points: int) -> go.Figure | None:
         dom = fig.layout["yaxis" if row == 1 else f"yaxis{row}"].domain
         legends["legend" if row == 1 else f"legend{row}"] = dict(x=1.01, xanchor="left", y=dom[1], yanchor="top",
                                                                   font=dict(size=10), bgcolor="rgba(0,0,0,0)")
-    fig.update_layout(template=TEMPLATE, height=170 * len(panels) + 120, margin=dict(l=60, r=20, t=50, b=40),
+    fig.update_layout(template=TEMPLATE, height=height, margin=dict(l=60, r=20, t=50, b=40),
                       hovermode="x unified", **legends)
+    fig.update_xaxes(showticklabels=True)  # shared axes hide all but the bottom panel's ticks
     fig.update_xaxes(title_text="step", row=len(panels), col=1)
     return fig
 
@@ -126,6 +164,10 @@ def series_figure(runs: Sequence, keys: Sequence[str], title: str, max_points: i
     if not any(k in r.cols for r in runs for k in keys):
         return None
     fig = go.Figure()
+    # signals far below the largest one's scale go on a right-hand axis, so they are not a flat line at zero
+    scales = {k: _scale(runs, k) for k in keys}
+    top = max(scales.values())
+    right = {k for k, v in scales.items() if 0 < v and v * SCALE_RATIO < top}
     for j, key in enumerate(keys):
         for k, r in enumerate(runs):
             col = r.cols.get(key)
@@ -133,8 +175,12 @@ def series_figure(runs: Sequence, keys: Sequence[str], title: str, max_points: i
                 continue
             x, y = downsample_xy(*series(r.steps, col), max_points)
             label = S.BY_KEY[key].label if key in S.BY_KEY else key
+            label += " (right axis)" if key in right else ""
             fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=label if k == 0 else f"{label} [{r.name}]",
+                                     yaxis="y2" if key in right else "y",
                                      line=dict(color=COLORS[j % len(COLORS)], dash="solid" if k == 0 else "dash")))
+    if right:
+        fig.update_layout(yaxis2=dict(overlaying="y", side="right", showgrid=False, rangemode="tozero"))
     v = runs[0].verdict
     if v.collapse_step is not None:
         fig.add_vline(x=v.collapse_step, line=dict(color="#c00000", width=1))

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import html as _h
 import math
+import re
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from arldiag.findings import order_findings
 from arldiag.report import figures as F
 from arldiag.report import signals as S
 from arldiag.report import text as T
@@ -29,7 +31,11 @@ text-align:left;vertical-align:top}th{background:#f0f0f0}
 max-height:12em;overflow:auto}
 .two{display:flex;gap:16px;flex-wrap:wrap}.two>div{flex:1;min-width:320px}
 nav a{margin-right:12px}
+details.section>summary{cursor:pointer;list-style-position:outside}
+details.section>summary>h2{display:inline-block;border-bottom:none;margin:28px 0 4px}
+tr.row-critical{background:#fdecec}tr.row-warning{background:#fff3e6}tr.row-watch{background:#fffbe6}
 """
+SECTION_RE = re.compile(r'^<h2 id="([^"]+)">(.*?)</h2>', re.S)
 
 
 def esc(x: Any) -> str:
@@ -70,12 +76,12 @@ def _verdict(rep) -> str:
 
 
 def _findings_table(rep) -> str:
-    fired = [f for f in rep.findings if f.fired]
+    fired = [f for f in order_findings(rep.findings) if f.fired]
     skipped = [f for f in rep.findings if f.status == "skipped"]
     out = ""
     if fired:
         out += ("<table><tr><th>severity</th><th>detector</th><th>first step</th><th>steps</th><th>finding</th></tr>"
-                + "".join(f'<tr><td class="sev-{esc(f.severity)}">{esc(f.severity)}</td><td>{esc(f.detector)}</td>'
+                + "".join(f'<tr class="row-{esc(f.severity)}"><td class="sev-{esc(f.severity)}">{esc(f.severity)}</td><td>{esc(f.detector)}</td>'
                           f"<td>{esc(f.first_step)}</td><td>{len(f.steps)}</td><td><b>{esc(f.title)}</b><br>"
                           f"{esc(f.explanation)}</td></tr>" for f in fired) + "</table>")
     else:
@@ -207,6 +213,16 @@ def _baseline_table(report) -> str:
             + "</table>")
 
 
+def _collapsible(block: str) -> str:
+    """A section that starts with <h2 id=...> becomes <details open> with the heading as its summary: a reader
+    folds what they do not need; the nav links still land on it (the id moves to the details element)."""
+    m = SECTION_RE.match(block)
+    if not m:
+        return block
+    return (f'<details open class="section" id="{m.group(1)}"><summary><h2>{m.group(2)}</h2></summary>'
+            f"{block[m.end():]}</details>")
+
+
 def render_html(report, progress: Any = None) -> str:
     """The whole report as one HTML string (plotly.js inlined once)."""
     from plotly.offline import get_plotlyjs
@@ -267,6 +283,7 @@ def render_html(report, progress: Any = None) -> str:
         body.append('<h2 id="baseline">Side by side with the baseline</h2>' + _baseline_table(report))
     body.append(f'<p class="muted">rows: {esc(", ".join(f"{k} {v:,}" for k, v in rep.rows.items()))}</p>')
     tick()
+    body = [_collapsible(b) for b in body]
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>arldiag report: {esc(rep.name)}</title><style>{CSS}</style>"
             f'<script type="text/javascript">{get_plotlyjs()}</script></head><body>'

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+from arldiag.findings import order_findings
 from arldiag.report import signals as S
 from arldiag.report import text as T
 from arldiag.report.data import series, token_labels
@@ -68,7 +69,7 @@ def render_markdown(report) -> str:
                         [[p["metric"], T.num(p["z"], ".3g"), T.num(p["base_mean"]), T.num(p["lead_mean"])]
                          for p in rep.precursors])
     L += ["## Findings", ""]
-    fired = [f for f in rep.findings if f.fired]
+    fired = [f for f in order_findings(rep.findings) if f.fired]
     if fired:
         L += _table(["severity", "detector", "first step", "steps", "finding"],
                     [[f.severity, f.detector, f.first_step, len(f.steps), f"**{f.title}** {f.explanation}"]

@@ -9,7 +9,7 @@ import pandas as pd
 
 from arldiag.findings import Finding, severity_rank
 
-COLLAPSED, AT_RISK, HEALTHY = "collapsed", "at risk", "healthy"
+COLLAPSED, AT_RISK, HEALTHY, TOO_SHORT = "collapsed", "at risk", "healthy", "not enough history"
 STATES = ("ok", "watch", "warning", "critical")
 # Detectors whose signal *is* the collapse label (success / reward / valid-format ratio, the lagging signals):
 # they make a run collapsed or at risk but are not precursors of the collapse.
@@ -43,6 +43,17 @@ def registry_lagging() -> set[str]:
     except ImportError:
         return set()
     return {n for n, d in REGISTRY.items() if getattr(d, "lagging", False)}
+
+
+def detector_warmup() -> int:
+    """Steps the registered detectors need before they can fire at all (the largest ``warmup`` / ``min_history``
+    of their parameters): a run shorter than that cannot be called healthy, only too short to tell."""
+    try:
+        from arldiag.detectors import REGISTRY
+    except ImportError:
+        return 0
+    return max((int(d.params.get(k, 0)) for d in REGISTRY.values() for k in ("warmup", "min_history")
+                if isinstance(d.params.get(k, 0), (int, float))), default=0)
 
 
 @dataclass
@@ -87,7 +98,10 @@ def max_state(timeline: pd.DataFrame | None) -> str:
 
 
 def verdict(findings: Sequence[Finding], collapse: int | None, timeline: pd.DataFrame | None = None,
-            lagging: Collection[str] | None = None) -> Verdict:
+            lagging: Collection[str] | None = None, n_steps: int | None = None,
+            warmup: int | None = None) -> Verdict:
+    """``n_steps``: steps recorded; below ``warmup`` (default: detector_warmup()) a quiet run is "not enough
+    history", not healthy."""
     fired = [f for f in findings if f.fired]
     worst = max((severity_rank(f.severity) for f in fired), default=-1)
     state = max_state(timeline)
@@ -99,8 +113,13 @@ def verdict(findings: Sequence[Finding], collapse: int | None, timeline: pd.Data
         status = AT_RISK
     else:
         status = HEALTHY
+        warmup = detector_warmup() if warmup is None else warmup
+        if n_steps is not None and n_steps < warmup:
+            status = TOO_SHORT
     parts = [{COLLAPSED: f"Collapsed at step {collapse}.", AT_RISK: "At risk: warnings fired, no collapse (yet).",
-              HEALTHY: "Healthy: no warning or critical finding and no collapse."}[status]]
+              HEALTHY: "Healthy: no warning or critical finding and no collapse.",
+              TOO_SHORT: f"Not enough history: {n_steps} step(s) recorded, the detectors need {warmup} before "
+                         "they can tell a healthy run from a failing one."}[status]]
     if pre is not None:
         lead = f", {pre['lead_time']} steps before the collapse" if pre["lead_time"] is not None else ""
         parts.append(f"First precursor: {pre['detector']} ({pre['severity']}) at step {pre['step']}{lead}.")

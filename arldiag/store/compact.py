@@ -16,9 +16,8 @@ import os
 from pathlib import Path
 
 from arldiag.schema import TABLES
+from arldiag.store.verify import JOURNAL
 from arldiag.store.writer import PART_RE, parquet_options, write_json_atomic
-
-JOURNAL = ".compact.json"
 
 
 def _recover(d: Path) -> None:
@@ -94,7 +93,9 @@ def compact_run(path: str | os.PathLike, force: bool = False) -> dict[str, tuple
     manifest = root / "run.json"
     if not manifest.is_file():
         raise FileNotFoundError(f"{root} is not a run: no run.json")
-    status = json.loads(manifest.read_text()).get("status")
+    from arldiag.store.reader import read_manifest
+
+    status = read_manifest(root).get("status")
     if status != "finished" and not force:
         raise ValueError(f"{root}: run.json status is {status!r}, not 'finished'; compact a run only once its "
                          "writer has closed (force=True / --force to override)")

@@ -14,6 +14,7 @@ import glob as _glob
 import json
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -27,18 +28,34 @@ class SchemaVersionError(ValueError):
     pass
 
 
+class RunStoreError(ValueError):
+    """A run store that cannot be read as it is (a broken run.json, ...); the message names the file."""
+
+
+class CorruptPartWarning(UserWarning):
+    """A Parquet part that cannot be read was left out; the message names the file and what was lost."""
+
+
 def _major(v: str) -> int:
     return int(str(v).split(".")[0])
 
 
 def read_manifest(path: Path, fs=None) -> dict:
     p = f"{path}/run.json"
-    if fs is not None:
-        with fs.open(p, "r") as fh:
-            m = json.load(fh)
-    else:
-        with open(p) as fh:
-            m = json.load(fh)
+    try:
+        if fs is not None:
+            with fs.open(p, "r") as fh:
+                m = json.load(fh)
+        else:
+            with open(p) as fh:
+                m = json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise RunStoreError(f"{p} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
+                            "a run.json is written atomically, so it was edited or copied partially") from None
+    except UnicodeDecodeError as exc:
+        raise RunStoreError(f"{p} is not a text JSON file ({exc.reason})") from None
+    if not isinstance(m, dict):
+        raise RunStoreError(f"{p} holds a JSON {type(m).__name__}, not the run manifest object")
     v = m.get("schema_version", "0.0")
     if _major(v) > _major(SCHEMA_VERSION):
         raise SchemaVersionError(
@@ -91,6 +108,8 @@ class Run:
             self.con.register_filesystem(fs)
         self._files: dict[str, dict[str, list[str]]] = {}
         self._columns: dict[str, list[str]] = {}
+        self._checked: dict[tuple, str | None] = {}  # (file, size) -> why it is unreadable, None when fine
+        self.skipped_parts: dict[str, str] = {}  # file -> what was lost (warned once)
         self.refresh(force=True)
 
     # ------------------------------------------------------------------ public
@@ -129,7 +148,8 @@ class Run:
 
     def refresh(self, force: bool = False) -> bool:
         """Re-scan the parts on disk; re-create the views when files appeared. Returns True when changed."""
-        files = {name: {t: self._list(path, t) for t in TABLES} for name, path in self.paths.items()}
+        files = {name: {t: self._readable(t, self._list(path, t)) for t in TABLES}
+                 for name, path in self.paths.items()}
         if not force and files == self._files:
             return False
         self._files = files
@@ -148,6 +168,29 @@ class Run:
         self.con.close()
 
     # ------------------------------------------------------------------ internals
+    def _readable(self, table: str, files: list[str]) -> list[str]:
+        """The parts whose Parquet footer reads; the others are left out with one warning each, so one truncated
+        file (a copy cut short, a full disk outside the writer's atomic rename) costs its rows, not the run."""
+        from arldiag.store.verify import part_problem
+
+        out = []
+        for f in files:
+            try:
+                size = self.fs.size(f) if self.fs is not None else os.path.getsize(f)
+            except OSError:
+                continue  # removed since listing (compaction)
+            key = (f, size)
+            if key not in self._checked:
+                self._checked[key] = part_problem(f, self.fs)
+            why = self._checked[key]
+            if why is None:
+                out.append(f)
+            elif f not in self.skipped_parts:
+                self.skipped_parts[f] = f"table {table}: {why}"
+                warnings.warn(f"skipping unreadable part {f} (table {table}; {why}); the rest of the run is read",
+                              CorruptPartWarning, stacklevel=2)
+        return out
+
     def _list(self, path, table: str) -> list[str]:
         if self.fs is not None:
             proto = str(path).split("://", 1)[0] + "://" if "://" in str(path) else ""
@@ -159,7 +202,10 @@ class Run:
         d = Path(path) / table
         if not d.is_dir():
             return []
-        return sorted(str(p) for p in d.iterdir() if p.name.endswith(".parquet"))
+        from arldiag.store.verify import superseded_parts
+
+        old = superseded_parts(d)  # left by an interrupted compaction: their rows are also in the merged part
+        return sorted(str(p) for p in d.iterdir() if p.name.endswith(".parquet") and p.name not in old)
 
     def _empty_select(self, table: str) -> str:
         import pyarrow as pa

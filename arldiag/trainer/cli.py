@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from arldiag.trainer.config import PRESETS, add_config_arguments, config_from_args
 
@@ -18,8 +19,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     try:
         cfg = config_from_args(args)
+        from arldiag.trainer.envs import ENVS
+
+        if cfg.env not in ENVS:  # before any model is built
+            raise ValueError(f"--env {cfg.env!r}: choose from {', '.join(sorted(ENVS))}")
     except ValueError as exc:
-        print(f"arldiag train: {exc}")
+        print(f"arldiag train: error: {exc}", file=sys.stderr)
         return 2
     if args.print_config:
         import dataclasses

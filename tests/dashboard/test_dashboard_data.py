@@ -175,7 +175,7 @@ def test_render_functions_on_a_run(exact, tmp_path: Path) -> None:
     timeline, cards, rows = views_alerts.render_alerts(src, ["exact"])
     assert cards  # findings, or the "detectors unavailable" notice
     table, info = views_sequences.render_table(src, "exact", None, "ppo_kl_k3_sum")
-    assert info.startswith("step 2 (latest") and [r["sample_id"] for r in table] == [20, 21]
+    assert info.startswith("step 2 (last step with non-zero advantages") and [r["sample_id"] for r in table] == [20, 21]
     header, spans, _ = views_sequences.render_tokens(src, "exact", views_sequences.parse_row_key(table[1]["id"]),
                                                      "log_ratio")
     assert len(spans) == T and "sample 21" in str(header)

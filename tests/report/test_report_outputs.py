@@ -212,12 +212,18 @@ def test_injected_findings_and_offender_window_fallback(stable_run):
     from arldiag.findings import Finding
     from arldiag.report.build import build_report
 
-    def analyse(run):
+    def analyse(run, warn_step=995):
         name = run.names[0]
         f = Finding("my_detector", "fired", "warning", title="custom", first_step=3, steps=[3, 4], run=name,
                     recommendation="Do the custom thing.", evidence={"peak_value": 2.0})
-        return [f], {name: 1000}, pd.DataFrame({"run": [name], "step": [3], "risk": [0.5], "state": ["warning"]})
+        return [f], {name: 1000}, pd.DataFrame({"run": [name], "step": [warn_step], "risk": [0.5],
+                                                "state": ["warning"]})
 
+    # a first warning inside the run: the offenders come from around it (the build-up), none with A == 0
+    rep = build_report(stable_run, analyse=lambda run: analyse(run, 3), progress=False)
+    w = rep.main.window
+    assert w[0] < 3 < w[1] < 1000 and rep.main.offenders
+    assert all(w[0] <= o.step <= w[1] and o.advantage != 0 for o in rep.main.offenders)
     rep = build_report(stable_run, analyse=analyse, progress=False)
     v = rep.main.verdict
     assert v.status == "collapsed" and v.collapse_step == 1000
