@@ -14,6 +14,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from arldiag.detectors.base import LEVELS, Detector, Signal
+from arldiag.detectors.context import OUTCOME_COLUMNS, OutcomeTracker
 from arldiag.detectors.registry import resolve
 from arldiag.detectors.risk import AlertState, RiskConfig, combine_risk
 from arldiag.detectors.window import Window
@@ -61,8 +62,9 @@ class StepResult:
 class Evaluator:
     def __init__(self, detectors=None, risk: RiskConfig | None = None, window_size: int = WINDOW_SIZE) -> None:
         self.detectors: list[Detector] = resolve(detectors)
-        cols = dict.fromkeys(c for d in self.detectors for c in d.columns)
+        cols = dict.fromkeys([c for d in self.detectors for c in d.columns] + list(OUTCOME_COLUMNS))
         self.window = Window(cols, window_size)
+        self.outcome = OutcomeTracker()
         self.states: dict[str, dict] = {d.name: {} for d in self.detectors}
         self.tracks: dict[str, Track] = {d.name: Track() for d in self.detectors}
         self.risk_cfg = risk or RiskConfig()
@@ -76,6 +78,7 @@ class Evaluator:
         if self.last_step is not None and step <= self.last_step:
             raise ValueError(f"step must increase: got {step} after {self.last_step}")
         self.window.push(step, metrics)
+        self.window.context = self.outcome.update(self.window)
         signals: dict[str, Signal] = {}
         escalated: list[str] = []
         for d in self.detectors:
