@@ -23,7 +23,7 @@ class Bands:
     eps_high: float = 0.2
     seq_eps_low: float = 0.2      # sequence/turn band (GSPO/ATPO use ~3e-3/4e-3)
     seq_eps_high: float = 0.2
-    dual_clip_c: float = 3.0      # verl clip_ratio_c
+    dual_clip_c: float = 3.0      # verl clip_ratio_c (<= 1: dual-clip off)
     neg_adv_delta: float = 0.223  # ARLArena mask: mean(lp_old - lp) > delta
 
 
@@ -138,7 +138,8 @@ def compute_update(inp: UpdateInputs, bands: Bands) -> dict:
     clip1 = np.maximum(pg1, pg2)
     pg3 = -adv * bands.dual_clip_c
     n_pg_clip = int(np.count_nonzero(pg2 > pg1))
-    n_pg_clip_lower = int(np.count_nonzero((clip1 > pg3) & neg))
+    # c <= 1 means dual-clip is off (verl requires c > 1): nothing is clipped from below then
+    n_pg_clip_lower = int(np.count_nonzero((clip1 > pg3) & neg)) if bands.dual_clip_c > 1 else 0
     ppo_kl_tok = lp_old - lp                                               # verl ppo_kl (k1), unclamped
     k3_upd = ratio - log_ratio - 1.0                                       # [N] k3 of KL(old || new), >= 0
 

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from arldiag.detectors.advice import settings_of
 from arldiag.detectors.base import Detector
 from arldiag.detectors.engine import Evaluator
 from arldiag.detectors.label import EVAL_COLUMN, FORMAT_COLUMNS, SUCCESS_COLUMNS, run_events
@@ -53,7 +54,7 @@ def evaluate_run(run, name: str, names=None, risk: RiskConfig | None = None) -> 
     # A user metric named like a derived one already fills it in the steps view where arldiag recorded nothing,
     # exactly as the Collector does online, so both evaluators see the same series.
     df = steps_frame(run, name)
-    ev = Evaluator(names, risk=risk)
+    ev = Evaluator(names, risk=risk, config=settings_of(getattr(run, "manifests", {}).get(name)))
     cols = [c for c in ev.window.columns if c in df.columns]
     timeline = []
     steps = [int(s) for s in df["step"].tolist()] if len(df) else []

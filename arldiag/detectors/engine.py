@@ -13,6 +13,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from arldiag.detectors.advice import advise
 from arldiag.detectors.base import LEVELS, Detector, Signal
 from arldiag.detectors.context import OUTCOME_COLUMNS, OutcomeTracker
 from arldiag.detectors.registry import resolve
@@ -60,8 +61,10 @@ class StepResult:
 
 
 class Evaluator:
-    def __init__(self, detectors=None, risk: RiskConfig | None = None, window_size: int = WINDOW_SIZE) -> None:
+    def __init__(self, detectors=None, risk: RiskConfig | None = None, window_size: int = WINDOW_SIZE,
+                 config: Mapping | None = None) -> None:
         self.detectors: list[Detector] = resolve(detectors)
+        self.config = dict(config or {})  # the run's settings (advice.settings_of): recommendations fit them
         cols = dict.fromkeys([c for d in self.detectors for c in d.columns] + list(OUTCOME_COLUMNS))
         self.window = Window(cols, window_size)
         self.outcome = OutcomeTracker()
@@ -110,6 +113,10 @@ class Evaluator:
         top = max(signals, key=lambda n: signals[n].level) if signals else None
         return StepResult(step, risk, self.alert.state, prev, signals, escalated, top)
 
+    def recommendation(self, d: Detector) -> str:
+        """The detector's advice fitted to this run's config (nothing the run already has)."""
+        return advise(d.name, self.config, d.recommendation)
+
     def findings(self, run: str | None = None, evaluated_steps: Sequence[int] | None = None) -> list[Finding]:
         return [self.finding(d, run, evaluated_steps) for d in self.detectors]
 
@@ -129,7 +136,7 @@ class Evaluator:
         return Finding(
             detector=d.name, status="fired", severity=LEVELS[tr.max_level], title=d.title,
             first_step=tr.first_step, steps=tr.steps(evaluated_steps), explanation=explanation,
-            recommendation=d.recommendation, run=run,
+            recommendation=self.recommendation(d), run=run,
             evidence={"metric": sig.metric, "peak_step": tr.peak_step, "peak_value": sig.value, "note": sig.note,
                       "n_steps": tr.n_steps, "source": d.source},
         )
