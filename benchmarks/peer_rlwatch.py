@@ -72,16 +72,17 @@ def rlwatch_timeline(frame, hold: int = 10) -> list[tuple[int, float, str, str |
     return out
 
 
-def compare(run, split: str | None = None, hold: int = 10) -> dict:
+def compare(run, split: str | None = None, hold: int = 10, names=None) -> dict:
     from arldiag.commands.eval_detect import evaluate, injected_faults, score_evaluation, select_split
     from arldiag.detectors import events_of
     from arldiag.detectors.batch import steps_frame
     from arldiag.detectors.scoring import ScoreConfig, summarize
 
     cfg = ScoreConfig()
-    ours = evaluate(run, split=split)
+    names = list(names) if names is not None else select_split(run, split)
+    ours = evaluate(run, names=names)
     rows = []
-    for name in select_split(run, split):
+    for name in names:
         frame = steps_frame(run, name)
         c, dips = events_of(frame)
         rows.append(score_evaluation(name, rlwatch_timeline(frame, hold), c, dips, injected_faults(run, name), {},
@@ -111,11 +112,27 @@ def main(argv=None) -> int:
     p.add_argument("run", nargs="+")
     p.add_argument("--split", choices=("dev", "heldout"))
     p.add_argument("--hold", type=int, default=10, help="steps an rlwatch alert keeps the run in warning")
+    p.add_argument("--stand-in-heldout", default="",
+                   help="runs without a split in run.json: these names are held out, the others dev; prints both")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     from arldiag.store.reader import open_run
 
     run = open_run(args.run if len(args.run) > 1 else args.run[0])
+    stand_in = [n for n in args.stand_in_heldout.split(",") if n]
+    if stand_in:
+        from arldiag.commands.eval_detect import split_of
+
+        split = {n: split_of(run, n) or ("heldout" if n in stand_in else "dev") for n in run.names}
+        out = {sp: compare(run, hold=args.hold, names=[n for n in run.names if split[n] == sp])
+               for sp in ("dev", "heldout")}
+        if args.json:
+            print(json.dumps(out, indent=2, default=str))
+            return 0
+        for sp, res in out.items():
+            print(f"### {sp} (STAND-IN split by name: held out = {', '.join(stand_in)})\n")
+            print(table(res) + "\n")
+        return 0
     res = compare(run, args.split, args.hold)
     if args.json:
         print(json.dumps(res, indent=2, default=str))

@@ -32,6 +32,8 @@ def add_arguments(p) -> None:
     p.add_argument("--check", action="store_true", help="exit with code 1 unless every run passes")
     p.add_argument("--window", type=int, default=40, help="NAB window: steps before the collapse that score")
     p.add_argument("--split", choices=SPLITS, help="only the runs whose run.json names this split")
+    p.add_argument("--risk", choices=("rules", "learned"), default="rules",
+                   help="alert state from the rule-based risk (default) or the learned risk score")
     p.add_argument("--precursors", type=int, default=0, metavar="K",
                    help="for each collapsing run, also list the K step metrics that moved most in the window from "
                         "20 to 10 steps before the collapse (z against the 40 steps before that)")
@@ -91,14 +93,15 @@ def score_evaluation(name: str, timeline, collapse, dips, faults: dict, tracks, 
 
 
 def evaluate(run, min_lead: int = 10, alarm_gap: int = 20, precursors: int = 0, split: str | None = None,
-             window: int = 40) -> dict:
+             window: int = 40, risk: str = "rules", names=None) -> dict:
+    """Score the runs (``names``: a subset of run.names, else those of ``split``, else all)."""
     from arldiag.detectors import evaluate_run, events_of
     from arldiag.detectors.precursors import precursor_scan
 
     cfg = ScoreConfig(min_lead=min_lead, alarm_gap=alarm_gap, window=window)
     rows = []
-    for name in select_split(run, split):
-        re = evaluate_run(run, name)
+    for name in (list(names) if names is not None else select_split(run, split)):
+        re = evaluate_run(run, name) if risk == "rules" else evaluate_run(run, name, risk_model=risk)
         c, dips = events_of(re.frame)
         r = score_evaluation(name, re.timeline, c, dips, injected_faults(run, name), re.evaluator.tracks, cfg)
         r["split"] = split_of(run, name)
@@ -111,7 +114,7 @@ def evaluate(run, min_lead: int = 10, alarm_gap: int = 20, precursors: int = 0, 
         "stable_without_warning": sum(r["pass"] for r in rows if r["kind"] == "stable"),
         "faults_flagged": sum(r["pass"] for r in rows if r["kind"] == "fault"),
         "false_alarms": summary["false_alarm_episodes"], "min_lead": min_lead, "alarm_gap": alarm_gap,
-        "window": window, "split": split, "all_pass": all(r["pass"] for r in rows),
+        "window": window, "split": split, "risk": risk, "all_pass": all(r["pass"] for r in rows),
     })
     return {"runs": rows, "summary": summary}
 
@@ -134,7 +137,7 @@ def main(args) -> int:
     from arldiag.store.reader import open_run
 
     run = open_run(args.run if len(args.run) > 1 else args.run[0])
-    res = evaluate(run, args.min_lead, args.alarm_gap, args.precursors, args.split, args.window)
+    res = evaluate(run, args.min_lead, args.alarm_gap, args.precursors, args.split, args.window, args.risk)
     if args.json:
         print(json.dumps(res, indent=2, default=str))
         return 1 if args.check and not res["summary"]["all_pass"] else 0

@@ -50,11 +50,13 @@ class RunEvaluation:
     frame: Any                                           # pandas DataFrame of the steps view
 
 
-def evaluate_run(run, name: str, names=None, risk: RiskConfig | None = None) -> RunEvaluation:
+def evaluate_run(run, name: str, names=None, risk: RiskConfig | None = None,
+                 risk_model: str = "rules") -> RunEvaluation:
     # A user metric named like a derived one already fills it in the steps view where arldiag recorded nothing,
     # exactly as the Collector does online, so both evaluators see the same series.
     df = steps_frame(run, name)
-    ev = Evaluator(names, risk=risk, config=settings_of(getattr(run, "manifests", {}).get(name)))
+    ev = Evaluator(names, risk=risk, config=settings_of(getattr(run, "manifests", {}).get(name)),
+                   risk_model=risk_model)
     cols = [c for c in ev.window.columns if c in df.columns]
     timeline = []
     steps = [int(s) for s in df["step"].tolist()] if len(df) else []

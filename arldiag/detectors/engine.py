@@ -17,11 +17,12 @@ from arldiag.detectors.advice import advise
 from arldiag.detectors.base import LEVELS, Detector, Signal
 from arldiag.detectors.context import OUTCOME_COLUMNS, OutcomeTracker
 from arldiag.detectors.registry import resolve
-from arldiag.detectors.risk import AlertState, RiskConfig, combine_risk
+from arldiag.detectors.risk import AlertState, RiskConfig, calibrated_risk, combine_risk
 from arldiag.detectors.window import Window
 from arldiag.findings import Finding
 
 WINDOW_SIZE = 32
+RISK_MODELS = ("rules", "learned")  # rules: noisy-OR of the detectors' levels (risk.py); learned: learned.py
 
 
 @dataclass
@@ -62,15 +63,23 @@ class StepResult:
 
 class Evaluator:
     def __init__(self, detectors=None, risk: RiskConfig | None = None, window_size: int = WINDOW_SIZE,
-                 config: Mapping | None = None) -> None:
+                 config: Mapping | None = None, risk_model: str = "rules") -> None:
+        if risk_model not in RISK_MODELS:
+            raise ValueError(f"risk_model must be one of {', '.join(RISK_MODELS)}, got {risk_model!r}")
         self.detectors: list[Detector] = resolve(detectors)
         self.config = dict(config or {})  # the run's settings (advice.settings_of): recommendations fit them
         cols = dict.fromkeys([c for d in self.detectors for c in d.columns] + list(OUTCOME_COLUMNS))
         self.window = Window(cols, window_size)
         self.outcome = OutcomeTracker()
+        self.learned = None
+        if risk_model == "learned":  # detectors.learned: a logistic model over windowed step features
+            from arldiag.detectors.learned import FEATURE_METRICS, LearnedRisk
+
+            self.learned = LearnedRisk()
+            self.window = Window(dict.fromkeys(list(cols) + list(FEATURE_METRICS)), window_size)
         self.states: dict[str, dict] = {d.name: {} for d in self.detectors}
         self.tracks: dict[str, Track] = {d.name: Track() for d in self.detectors}
-        self.risk_cfg = risk or RiskConfig()
+        self.risk_cfg = risk or calibrated_risk()  # the defaults fitted on dev runs (benchmarks/calibrate.py)
         self.alert = AlertState(self.risk_cfg)
         self.last_step: int | None = None
         self.n_steps = 0
@@ -104,7 +113,8 @@ class Evaluator:
             if sig.level > tr.max_level:
                 tr.max_level, tr.peak_step, tr.peak_signal = sig.level, step, sig
                 escalated.append(d.name)
-        risk = combine_risk((s.level for s in signals.values()), self.risk_cfg)
+        risk = (combine_risk((s.level for s in signals.values()), self.risk_cfg) if self.learned is None
+                else self.learned.update(self.window))
         prev = self.alert.state
         self.alert.update(risk)
         self.last_step = step
