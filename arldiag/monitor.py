@@ -19,6 +19,7 @@ import warnings
 from typing import Any, Callable, Iterable, Mapping
 
 from arldiag.alerts import Alert, CallbackSink, ConsoleSink, StoreSink, WandbSink, WebhookSink
+from arldiag.detectors.advice import settings_of
 from arldiag.detectors.base import LEVELS
 from arldiag.detectors.engine import Evaluator, StepResult
 from arldiag.detectors.risk import RiskConfig
@@ -32,6 +33,8 @@ class Monitor:
     """Args:
         detectors: registry names and/or Detector objects (default: the whole registry).
         risk: RiskConfig (level scores, state thresholds, hysteresis).
+        risk_model: "rules" (noisy-OR of the detectors' levels) or "learned" (detectors.learned).
+        config: the run's settings for config-fitted advice (default: the bound Collector's run.json).
         sinks: names among "console", "store", "wandb", and/or callables ``sink(alert)``.
         webhook: URL to POST alerts to (or a WebhookSink); callback: ``fn(alert, monitor)``.
         stop_on: "warning" | "critical" | None: ask the trainer to stop (collector.request_stop) at that state.
@@ -42,10 +45,11 @@ class Monitor:
                  sinks: Iterable[str | Callable[[Alert], None]] = DEFAULT_SINKS, webhook: Any = None,
                  callback: Callable[[Alert, "Monitor"], Any] | None = None, stop_on: str | None = None,
                  min_severity: str = "watch", source: str = "online", run: str | None = None,
-                 console_stream=None) -> None:
+                 console_stream=None, config: Mapping[str, Any] | None = None, risk_model: str = "rules") -> None:
         if stop_on not in (None, "watch", "warning", "critical"):
             raise ValueError(f"stop_on must be None, 'watch', 'warning' or 'critical', got {stop_on!r}")
-        self.evaluator = Evaluator(detectors, risk=risk)
+        self.evaluator = Evaluator(detectors, risk=risk, config=config, risk_model=risk_model)
+        self._config_given = config is not None
         self.source, self.run, self.stop_on = source, run, stop_on
         self.collector = None
         self.alerts_sent = 0
@@ -74,8 +78,11 @@ class Monitor:
         self.collector = collector
         if self._wants_store and hasattr(collector, "record_alert"):
             self._sinks.append(StoreSink(collector.record_alert))
+        manifest = getattr(collector, "manifest", None) or {}
         if self.run is None:
-            self.run = getattr(collector, "manifest", {}).get("name")
+            self.run = manifest.get("name")
+        if not self._config_given:  # recommendations fit the run's own settings (run.json config)
+            self.evaluator.config = settings_of(manifest)
 
     def on_step(self, step: int, metrics: Mapping[str, Any]) -> StepResult:
         res = self.evaluator.update(step, metrics)
@@ -88,26 +95,51 @@ class Monitor:
         return res
 
     # ------------------------------------------------------------------ alerts
+    def explain(self, res: StepResult) -> tuple[str, dict]:
+        """(message, evidence) of a state change: every firing signal with its level and value, the outcome
+        context, and the leading detector's recommendation fitted to the run's config."""
+        ordered = sorted(res.signals.items(), key=lambda kv: -kv[1].level)
+        lines = [f"{n} {LEVELS[s.level]}: {s.metric} = {s.value:.4g} ({s.note})" for n, s in ordered]
+        ctx = self.evaluator.window.context
+        evidence: dict[str, Any] = {
+            "signals": {n: {"level": LEVELS[s.level], "metric": s.metric, "value": s.value, "note": s.note}
+                        for n, s in ordered},
+            "risk": res.risk, "top_value": res.signals[res.top].value if res.top else None}
+        if ctx is not None and ctx.known:
+            evidence["outcome"] = {"metric": ctx.source, "value": ctx.level, "peak": ctx.peak, "rise": ctx.rise}
+        if LEVELS.index(res.state) > LEVELS.index(res.previous_state):
+            msg = f"risk {res.risk:.2f} from: " + ("; ".join(lines) or "no detector")
+        else:
+            msg = (f"risk {res.risk:.2f}; " + ("still firing: " + "; ".join(lines) if lines
+                                                else "no detector is firing"))
+        if ctx is not None and ctx.known:
+            msg += f". Outcome: {ctx.describe()}"
+        if res.top and LEVELS.index(res.state) > LEVELS.index(res.previous_state):
+            d = next(d for d in self.evaluator.detectors if d.name == res.top)
+            rec = self.evaluator.recommendation(d)
+            evidence["recommendation"] = rec
+            msg += f". Recommendation ({res.top}): {rec}"
+        return msg, evidence
+
     def alerts_for(self, res: StepResult) -> list[Alert]:
         out = []
         if res.changed:
-            sig = res.signals.get(res.top) if res.top else None
-            msg = "; ".join(f"{n}: {s.note}" for n, s in res.signals.items()) or "no detector is firing"
+            msg, evidence = self.explain(res)
             out.append(Alert(step=res.step, detector=res.top or "risk",
                              severity=res.state if res.state != "ok" else "info", state=res.state, risk=res.risk,
                              title=f"alert state {res.previous_state} -> {res.state}", message=msg,
-                             evidence={"signals": {n: {"level": LEVELS[s.level], "metric": s.metric,
-                                                       "value": s.value} for n, s in res.signals.items()},
-                                       "top_value": sig.value if sig else None},
-                             source=self.source, run=self.run))
+                             evidence=evidence, source=self.source, run=self.run))
         for name in res.escalated:
             s = res.signals[name]
             if res.changed and name == res.top and LEVELS[s.level] == res.state:
                 continue  # the state-change alert above already names this detector at this level
             d = next(d for d in self.evaluator.detectors if d.name == name)
             out.append(Alert(step=res.step, detector=name, severity=LEVELS[s.level], state=res.state,
-                             risk=res.risk, title=d.title, message=f"{s.note}. {d.recommendation}",
-                             evidence={"metric": s.metric, "value": s.value}, source=self.source, run=self.run))
+                             risk=res.risk, title=d.title,
+                             message=f"{s.metric} = {s.value:.4g}: {s.note}. {self.evaluator.recommendation(d)}",
+                             evidence={"metric": s.metric, "value": s.value,
+                                       "recommendation": self.evaluator.recommendation(d)},
+                             source=self.source, run=self.run))
         return out
 
     def emit(self, alert: Alert) -> None:

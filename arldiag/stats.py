@@ -31,7 +31,7 @@ class Bands:
     eps_high: float = 0.2
     seq_eps_low: float = 0.2      # sequence/turn band (GSPO/ATPO use ~3e-3/4e-3)
     seq_eps_high: float = 0.2
-    dual_clip_c: float = 3.0      # verl clip_ratio_c
+    dual_clip_c: float = 3.0      # verl clip_ratio_c (<= 1: dual-clip off)
     neg_adv_delta: float = 0.223  # ARLArena mask: mean(lp_old - lp) > delta
 
 
@@ -123,7 +123,9 @@ value("high", lambda e: e.ratio > 1.0 + e.b.eps_high)
 value("pg1", lambda e: -e.adv * e.ratio)
 value("pg2", lambda e: -e.adv * e.xp.clip(e.ratio, 1.0 - e.b.eps_low, 1.0 + e.b.eps_high))
 value("pg_clip", lambda e: e.pg2 > e.pg1)
-value("pg_clip_lower", lambda e: (e.xp.maximum(e.pg1, e.pg2) > -e.adv * e.b.dual_clip_c) & e.neg)
+# c <= 1 means dual-clip is off (verl requires c > 1): nothing is clipped from below then
+value("pg_clip_lower", lambda e: (e.xp.maximum(e.pg1, e.pg2) > -e.adv * e.b.dual_clip_c) & e.neg
+      & (e.b.dual_clip_c > 1))
 value("ppo_kl_tok", lambda e: e.lp_old - e.lp)                                  # verl ppo_kl (k1), unclamped
 # k3 = exp(x) - x - 1 cancels for small x: evaluated in float64 so both backends' exp agree to 1e-6 relative
 value("k3_upd", lambda e: _k3(e.xp, e.be.f64(e.log_ratio)))                     # k3 of KL(old || new), >= 0

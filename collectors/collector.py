@@ -105,6 +105,19 @@ def _missing(dtype: np.dtype):
     return -1
 
 
+def resolve_dual_clip_c(value: float | None, config: Mapping[str, Any] | None) -> float:
+    """The dual-clip constant to record: the explicit argument, else the run config's own setting (``dual_clip_c``,
+    verl ``clip_ratio_c``), else verl's default 3.0. Without this the default leaked into run.json for runs whose
+    config disables dual-clip (c = 0)."""
+    if value is not None:
+        return float(value)
+    for key in ("dual_clip_c", "clip_ratio_c"):
+        v = (config or {}).get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    return 3.0
+
+
 class Collector:
     """Record per-token, per-sequence, per-turn and per-step statistics of an RL run into ``root``.
 
@@ -122,7 +135,8 @@ class Collector:
             the sample id; rows of anomalous sequences (non-finite, negative-advantage low-IS, top-1% KL) are
             always kept, with ``sampled = false``.
         neg_adv_delta: delta of the negative-advantage low-IS mask (ARLArena default 0.223, s_i < 0.8).
-        dual_clip_c: verl clip_ratio_c for pg_clipfrac_lower.
+        dual_clip_c: verl clip_ratio_c for pg_clipfrac_lower; None (default) takes the run config's ``dual_clip_c``
+            (or verl's ``clip_ratio_c``) when it has one, else verl's default 3.0. A value <= 1 means disabled.
         monitor: an online monitor (``bind(collector)``, ``on_step(step, metrics)``), e.g. arldiag.Monitor.
         strict: raise on the collector's own errors (write failures, monitor errors) instead of warning once.
         process_group: opt-in, a torch.distributed process group (or True for the default group): each finalised
@@ -135,8 +149,8 @@ class Collector:
                  clip: Sequence[float] = (0.2, 0.2), seq_clip: Sequence[float] | None = None,
                  name: str | None = None, algorithm: str | None = None, rank: int = 0, world_size: int = 1,
                  flush_every: int = 10, flush_every_s: float = 5.0, token_sample_rate: float = 0.05,
-                 neg_adv_delta: float = 0.223, dual_clip_c: float = 3.0, monitor: Any = None, strict: bool = False,
-                 queue_size: int = 64, process_group: Any = None):
+                 neg_adv_delta: float = 0.223, dual_clip_c: float | None = None, monitor: Any = None,
+                 strict: bool = False, queue_size: int = 64, process_group: Any = None):
         if len(tuple(clip)) != 2:
             raise ValueError(f"clip must be (eps_low, eps_high), got {clip!r}")
         if not 0.0 <= token_sample_rate <= 1.0:
@@ -146,6 +160,7 @@ class Collector:
         if not flush_every_s > 0:
             raise ValueError(f"flush_every_s must be > 0 seconds, got {flush_every_s}")
         seq_clip = tuple(clip) if seq_clip is None else tuple(seq_clip)
+        dual_clip_c = resolve_dual_clip_c(dual_clip_c, config)
         self.root = Path(root)
         self.rank, self.world_size = int(rank), int(world_size)
         self.strict = strict

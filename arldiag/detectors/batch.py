@@ -10,9 +10,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from arldiag.detectors.advice import settings_of
 from arldiag.detectors.base import Detector
 from arldiag.detectors.engine import Evaluator
-from arldiag.detectors.label import FORMAT_COLUMNS, SUCCESS_COLUMNS, collapse_step_of
+from arldiag.detectors.label import EVAL_COLUMN, FORMAT_COLUMNS, SUCCESS_COLUMNS, run_events
 from arldiag.detectors.risk import RiskConfig
 from arldiag.findings import Finding
 
@@ -49,11 +50,13 @@ class RunEvaluation:
     frame: Any                                           # pandas DataFrame of the steps view
 
 
-def evaluate_run(run, name: str, names=None, risk: RiskConfig | None = None) -> RunEvaluation:
+def evaluate_run(run, name: str, names=None, risk: RiskConfig | None = None,
+                 risk_model: str = "rules") -> RunEvaluation:
     # A user metric named like a derived one already fills it in the steps view where arldiag recorded nothing,
     # exactly as the Collector does online, so both evaluators see the same series.
     df = steps_frame(run, name)
-    ev = Evaluator(names, risk=risk)
+    ev = Evaluator(names, risk=risk, config=settings_of(getattr(run, "manifests", {}).get(name)),
+                   risk_model=risk_model)
     cols = [c for c in ev.window.columns if c in df.columns]
     timeline = []
     steps = [int(s) for s in df["step"].tolist()] if len(df) else []
@@ -129,12 +132,19 @@ def _run_findings(run, name: str, re: RunEvaluation, evidence: bool) -> list[Fin
     return out
 
 
+def events_of(frame, **rule: Any) -> tuple[int | None, list[tuple[int, int]]]:
+    """(collapse step, recovered dips) of one run's steps frame under the documented label (detectors.label);
+    keyword args override the rule."""
+    if not len(frame):
+        return None, []
+    cols = {c: frame[c].astype("float64").to_numpy()
+            for c in SUCCESS_COLUMNS + FORMAT_COLUMNS + (EVAL_COLUMN,) if c in frame.columns}
+    return run_events(frame["step"].tolist(), cols, **rule)
+
+
 def label_of(frame, **rule: Any) -> int | None:
     """The documented collapse label (detectors.label) of one run's steps frame; keyword args override the rule."""
-    if not len(frame):
-        return None
-    cols = {c: frame[c].astype("float64").to_numpy() for c in SUCCESS_COLUMNS + FORMAT_COLUMNS if c in frame.columns}
-    return collapse_step_of(frame["step"].tolist(), cols, **rule)
+    return events_of(frame, **rule)[0]
 
 
 def analyse(run, names=None, risk: RiskConfig | None = None, evidence: bool = True):

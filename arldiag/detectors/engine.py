@@ -13,13 +13,16 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from arldiag.detectors.advice import advise
 from arldiag.detectors.base import LEVELS, Detector, Signal
+from arldiag.detectors.context import OUTCOME_COLUMNS, OutcomeTracker
 from arldiag.detectors.registry import resolve
-from arldiag.detectors.risk import AlertState, RiskConfig, combine_risk
+from arldiag.detectors.risk import AlertState, RiskConfig, calibrated_risk, combine_risk
 from arldiag.detectors.window import Window
 from arldiag.findings import Finding
 
 WINDOW_SIZE = 32
+RISK_MODELS = ("rules", "learned")  # rules: noisy-OR of the detectors' levels (risk.py); learned: learned.py
 
 
 @dataclass
@@ -59,13 +62,24 @@ class StepResult:
 
 
 class Evaluator:
-    def __init__(self, detectors=None, risk: RiskConfig | None = None, window_size: int = WINDOW_SIZE) -> None:
+    def __init__(self, detectors=None, risk: RiskConfig | None = None, window_size: int = WINDOW_SIZE,
+                 config: Mapping | None = None, risk_model: str = "rules") -> None:
+        if risk_model not in RISK_MODELS:
+            raise ValueError(f"risk_model must be one of {', '.join(RISK_MODELS)}, got {risk_model!r}")
         self.detectors: list[Detector] = resolve(detectors)
-        cols = dict.fromkeys(c for d in self.detectors for c in d.columns)
+        self.config = dict(config or {})  # the run's settings (advice.settings_of): recommendations fit them
+        cols = dict.fromkeys([c for d in self.detectors for c in d.columns] + list(OUTCOME_COLUMNS))
         self.window = Window(cols, window_size)
+        self.outcome = OutcomeTracker()
+        self.learned = None
+        if risk_model == "learned":  # detectors.learned: a logistic model over windowed step features
+            from arldiag.detectors.learned import FEATURE_METRICS, LearnedRisk
+
+            self.learned = LearnedRisk()
+            self.window = Window(dict.fromkeys(list(cols) + list(FEATURE_METRICS)), window_size)
         self.states: dict[str, dict] = {d.name: {} for d in self.detectors}
         self.tracks: dict[str, Track] = {d.name: Track() for d in self.detectors}
-        self.risk_cfg = risk or RiskConfig()
+        self.risk_cfg = risk or calibrated_risk()  # the defaults fitted on dev runs (benchmarks/calibrate.py)
         self.alert = AlertState(self.risk_cfg)
         self.last_step: int | None = None
         self.n_steps = 0
@@ -76,6 +90,7 @@ class Evaluator:
         if self.last_step is not None and step <= self.last_step:
             raise ValueError(f"step must increase: got {step} after {self.last_step}")
         self.window.push(step, metrics)
+        self.window.context = self.outcome.update(self.window)
         signals: dict[str, Signal] = {}
         escalated: list[str] = []
         for d in self.detectors:
@@ -98,7 +113,8 @@ class Evaluator:
             if sig.level > tr.max_level:
                 tr.max_level, tr.peak_step, tr.peak_signal = sig.level, step, sig
                 escalated.append(d.name)
-        risk = combine_risk((s.level for s in signals.values()), self.risk_cfg)
+        risk = (combine_risk((s.level for s in signals.values()), self.risk_cfg) if self.learned is None
+                else self.learned.update(self.window))
         prev = self.alert.state
         self.alert.update(risk)
         self.last_step = step
@@ -106,6 +122,10 @@ class Evaluator:
         self.max_risk = max(self.max_risk, risk)
         top = max(signals, key=lambda n: signals[n].level) if signals else None
         return StepResult(step, risk, self.alert.state, prev, signals, escalated, top)
+
+    def recommendation(self, d: Detector) -> str:
+        """The detector's advice fitted to this run's config (nothing the run already has)."""
+        return advise(d.name, self.config, d.recommendation)
 
     def findings(self, run: str | None = None, evaluated_steps: Sequence[int] | None = None) -> list[Finding]:
         return [self.finding(d, run, evaluated_steps) for d in self.detectors]
@@ -126,7 +146,7 @@ class Evaluator:
         return Finding(
             detector=d.name, status="fired", severity=LEVELS[tr.max_level], title=d.title,
             first_step=tr.first_step, steps=tr.steps(evaluated_steps), explanation=explanation,
-            recommendation=d.recommendation, run=run,
+            recommendation=self.recommendation(d), run=run,
             evidence={"metric": sig.metric, "peak_step": tr.peak_step, "peak_value": sig.value, "note": sig.note,
                       "n_steps": tr.n_steps, "source": d.source},
         )

@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from arldiag.detectors.base import Detector, Signal
+from arldiag.detectors.context import outcome_of
 from arldiag.detectors.window import early_baseline, grade_above, grade_below, slope, tail_mean
 
 
@@ -29,9 +30,14 @@ def entropy_collapse_rule(w, state, p) -> Signal | None:
         lv = max(lv, 1)  # Cui et al.: sustained Cov(lp, A) > 0 while entropy falls -> collapse ahead
     if not lv:
         return None
+    ctx = outcome_of(w)
+    if ctx.converged(p["conv_keep"], p["conv_success"]):
+        return None  # low entropy at a high, steady success: the policy converged, it did not collapse
     note = f"entropy {cur:.3g} = {frac:.0%} of its early level"
     if cov.size:
         note += f"; Cov(lp, A) > 0 on {float((cov > 0).mean()):.0%} of the last {cov.size} steps"
+    if ctx.known:
+        note += f"; {ctx.describe()}"
     return Signal(lv, cur, "entropy", note)
 
 
@@ -41,8 +47,10 @@ ENTROPY_COLLAPSE = Detector(
     inputs=("entropy",),
     columns=("cov_logp_adv",),
     rule=entropy_collapse_rule,
+    # conv_*: quiet while the outcome is at least conv_success and within conv_keep of its peak (a converged run:
+    # entropy 0.63 -> 0.01 at a steady success of 0.93 is not a collapse)
     params=dict(smooth=5, baseline_steps=10, frac_levels=(0.35, 0.2, 0.08), cov_steps=10, cov_pos_share=0.8,
-                early_frac=0.7),
+                early_frac=0.7, conv_success=0.7, conv_keep=0.9),
     explanation="Token entropy fell to a small fraction of its early level; the policy is becoming "
                 "deterministic and stops exploring. A sustained positive Cov(logp, A) is the early sign "
                 "(Cui et al.): confident tokens keep getting positive advantage.",

@@ -8,7 +8,9 @@ from __future__ import annotations
 import math
 
 from arldiag.detectors.base import Detector, Signal
-from arldiag.detectors.window import (early_baseline, first_available, grade_above, prior_median, tail_mean)
+from arldiag.detectors.context import outcome_of
+from arldiag.detectors.window import (count_finite, early_baseline, first_available, grade_above, prior_median,
+                                      running_min, tail_mean)
 
 
 def _spike_level(x, p) -> tuple[int, float, float]:
@@ -59,9 +61,16 @@ PPO_KL_SPIKE = Detector(
 def kl_ref_drift_rule(w, state, p) -> Signal | None:
     x = w.series("kl_ref_k3")
     cur = tail_mean(x, p["smooth"])
+    # the run's own early level: the lowest of its first baseline_steps values (frozen then). The absolute levels
+    # count only once the KL grew past min_growth x that level: a KL that is high from the first step (another
+    # reference, a warm start far from it) is not a drift, while one that explodes at step 2 still is
+    if count_finite(state, "n", x[-1]) <= p["baseline_steps"]:
+        running_min(state, "early", x[-1])
+    base = state.get("early", math.nan)
     if not math.isfinite(cur):
         return None
-    lv = grade_above(cur, p["abs_levels"])
+    grown = cur / max(base, p["floor"]) if math.isfinite(base) else math.nan
+    lv = grade_above(cur, p["abs_levels"]) if grown >= p["min_growth"] else 0
     old = prior_median(x, p["lag"], p["lag"], 3)  # level ``lag`` steps ago
     ratio = math.nan
     if math.isfinite(old):
@@ -70,8 +79,18 @@ def kl_ref_drift_rule(w, state, p) -> Signal | None:
             lv = max(lv, grade_above(ratio, p["ratio_levels"]))
     if not lv:
         return None
-    return Signal(lv, cur, "kl_ref_k3", f"kl_ref_k3 {cur:.3g}" + (
-        f" ({ratio:.1f}x its level {p['lag']} steps earlier)" if math.isfinite(ratio) else ""))
+    note = f"kl_ref_k3 {cur:.3g}" + (f" ({ratio:.1f}x its level {p['lag']} steps earlier" if math.isfinite(ratio)
+                                     else " (") + (f", {grown:.1f}x its early level)" if math.isfinite(grown) else ")")
+    ctx = outcome_of(w)
+    if ctx.improving(p["improve_keep"], p["improve_rise"]) and lv < 3:
+        # moving away from the reference while the outcome improves is what learning looks like
+        lv -= p["learning_drop"]
+        if lv <= 0:
+            return None
+        note += f"; weighed down: {ctx.describe()}"
+    elif ctx.known:
+        note += f"; {ctx.describe()}"
+    return Signal(lv, cur, "kl_ref_k3", note)
 
 
 KL_REF_DRIFT = Detector(
@@ -79,8 +98,11 @@ KL_REF_DRIFT = Detector(
     title="KL to the reference policy drifts up fast",
     inputs=("kl_ref_k3",),
     rule=kl_ref_drift_rule,
+    # improve_*/learning_drop: below critical, the level drops by learning_drop while the outcome is within
+    # improve_keep of its peak and rose by improve_rise over the last 20 steps
     params=dict(smooth=3, lag=10, floor=0.05, min_value=0.02, ratio_levels=(3.0, 6.0, 15.0),
-                abs_levels=(0.2, 0.5, 1.5)),
+                abs_levels=(0.2, 0.5, 1.5), baseline_steps=10, min_growth=2.0, improve_keep=0.9,
+                improve_rise=0.05, learning_drop=2),
     # floor/min_value: the KL to the reference starts at 0 and grows naturally early in RL; growth counts from
     # 0.05 nats/token on (with 0.01 the sample runs' ordinary first 20 steps, 0.01 -> 0.07, already read as a
     # six-fold runaway: sapo warned at step 16, 14 steps before anything happened)

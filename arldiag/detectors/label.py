@@ -6,7 +6,9 @@ lucky first step is no peak). The series collapses at the
 first step t such that P_t >= min_peak and m_s < frac * P_s for every s >= t up to the end of the run, provided at
 least ``min_tail`` steps remain from t on. Because a trailing mean lags an abrupt fall, t then moves back over the
 immediately preceding steps whose raw value y_s is already below frac * P_s. The run's collapse step is the earliest
-over its series; None when no series collapses (a stable run).
+over its series; None when no series collapses (a stable run). A below-stretch of at least ``min_tail`` steps that
+ends before the run does is a recovered *dip*: an event of its own kind for the scoring (detectors.scoring).
+When the run logs ``eval_success`` (greedy evaluation every few steps), it replaces the batch success series.
 """
 from __future__ import annotations
 
@@ -30,54 +32,119 @@ def trailing_mean(y: np.ndarray, window: int) -> np.ndarray:
     return out
 
 
-def series_collapse_index(y: Sequence[float], window: int = 10, frac: float = 0.5, min_peak: float = 0.2,
-                          min_tail: int = 5) -> int | None:
-    """Index (not step) at which the series collapses under the rule above, or None."""
-    if window < 1 or min_tail < 1 or not 0 < frac < 1:
-        raise ValueError("window and min_tail must be >= 1 and frac in (0, 1)")
-    m = trailing_mean(np.asarray(y, dtype=np.float64), window)
-    if not np.isfinite(m).any():
-        return None
+def _below(y: np.ndarray, window: int, frac: float, min_peak: float):
+    """(below, peak, m): below_t = the trailing mean is under frac x its running peak (peak >= min_peak)."""
+    m = trailing_mean(y, window)
     # the peak needs a mean over at least min(window, 3) steps, so one lucky first step is not a "peak" (a run
     # that breaks within its first steps, from a behaviour-cloned start, still gets its collapse label)
     full = np.isfinite(m) & (np.arange(m.size) >= min(window, 3) - 1)
     peak = np.fmax.accumulate(np.where(full, m, -np.inf))
     below = np.isfinite(m) & (m < frac * peak) & (peak >= min_peak)
     below |= ~np.isfinite(m) & (peak >= min_peak)  # a step without the metric does not break a collapse
-    if not below[-1]:
-        return None
-    # start of the final all-below stretch
-    idx = np.flatnonzero(~below)
-    t = int(idx[-1]) + 1 if idx.size else 0
-    while t < below.size and not np.isfinite(m[t]):
-        t += 1
-    if below.size - t < min_tail:
-        return None
-    # the trailing mean lags an abrupt fall by up to window-1 steps: move back over the raw values just before t
-    # that are already below the threshold, so the label does not flatter lead times
-    y = np.asarray(y, dtype=np.float64)
+    return below, peak, m
+
+
+def _move_back(y: np.ndarray, t: int, peak: np.ndarray, frac: float, min_peak: float) -> int:
+    """The trailing mean lags an abrupt fall by up to window-1 steps: move back over the raw values just before
+    t that are already below the threshold, so the label does not flatter lead times."""
     while t > 0 and np.isfinite(y[t - 1]) and y[t - 1] < frac * peak[t - 1] and peak[t - 1] >= min_peak:
         t -= 1
     return t
 
 
-def collapse_step_of(steps: Sequence[int], columns: Mapping[str, Sequence[float]], window: int = 10,
-                     frac: float = 0.5, min_peak: float = 0.2, min_tail: int = 5) -> int | None:
-    """Apply the rule to the first available success column and to format_valid_frac; earliest collapse wins."""
-    steps = list(steps)
-    found = []
-    for group in (SUCCESS_COLUMNS, FORMAT_COLUMNS):
-        for c in group:
-            y = columns.get(c)
+def series_events(y: Sequence[float], window: int = 10, frac: float = 0.5, min_peak: float = 0.2,
+                  min_tail: int = 5) -> tuple[int | None, list[tuple[int, int]]]:
+    """(collapse index or None, [(start, end) indices of recovered dips]) of one outcome series.
+
+    A stretch of ``below`` steps lasting at least ``min_tail`` steps is a collapse when it lasts to the end of the
+    run and a recovered dip when it ends before (end = its last below index)."""
+    if window < 1 or min_tail < 1 or not 0 < frac < 1:
+        raise ValueError("window and min_tail must be >= 1 and frac in (0, 1)")
+    y = np.asarray(y, dtype=np.float64)
+    if not np.isfinite(y).any():
+        return None, []
+    below, peak, m = _below(y, window, frac, min_peak)
+    collapse, dips = None, []
+    t = 0
+    n = below.size
+    while t < n:
+        if not below[t]:
+            t += 1
+            continue
+        e = t
+        while e + 1 < n and below[e + 1]:
+            e += 1
+        a = t
+        while a <= e and not np.isfinite(m[a]):  # steps before the metric was ever logged
+            a += 1
+        if e - a + 1 >= min_tail:
+            a = _move_back(y, a, peak, frac, min_peak)
+            if e == n - 1:
+                collapse = a
+            else:
+                dips.append((a, e))
+        t = e + 1
+    return collapse, dips
+
+
+def series_collapse_index(y: Sequence[float], window: int = 10, frac: float = 0.5, min_peak: float = 0.2,
+                          min_tail: int = 5) -> int | None:
+    """Index (not step) at which the series collapses under the rule above, or None."""
+    return series_events(y, window, frac, min_peak, min_tail)[0]
+
+
+# eval_success (greedy evaluation every few steps, NULL in between) is a cleaner outcome than the batch success of
+# 16 sampled episodes: when a run logs it at least EVAL_MIN_POINTS times, the label reads it on its own evaluation
+# points, with a trailing mean over EVAL_WINDOW evaluations and EVAL_MIN_TAIL evaluations of tail.
+EVAL_COLUMN = "eval_success"
+EVAL_MIN_POINTS, EVAL_WINDOW, EVAL_MIN_TAIL = 5, 3, 2
+
+
+def run_events(steps: Sequence[int], columns: Mapping[str, Sequence[float]], window: int = 10, frac: float = 0.5,
+               min_peak: float = 0.2, min_tail: int = 5) -> tuple[int | None, list[tuple[int, int]]]:
+    """(collapse step, recovered dips [(first, last) step]) of a run: eval_success when logged (else the first
+    available success column) and format_valid_frac; the earliest collapse wins; dips are merged when they
+    overlap, and a dip inside the collapse (from the other series) is dropped."""
+    steps = np.asarray(list(steps))
+    found, dips = [], []
+    ev = columns.get(EVAL_COLUMN)
+    groups = (SUCCESS_COLUMNS, FORMAT_COLUMNS)
+    if ev is not None:
+        ev = np.asarray(ev, dtype=np.float64)
+        ok = np.isfinite(ev)
+        if ok.sum() >= EVAL_MIN_POINTS:
+            c, d = series_events(ev[ok], EVAL_WINDOW, frac, min_peak, EVAL_MIN_TAIL)
+            st = steps[ok]
+            if c is not None:
+                found.append(int(st[c]))
+            dips += [(int(st[a]), int(st[b])) for a, b in d]
+            groups = (FORMAT_COLUMNS,)
+    for group in groups:
+        for col in group:
+            y = columns.get(col)
             if y is None:
                 continue
             y = np.asarray(y, dtype=np.float64)
             if not np.isfinite(y).any():
                 continue
-            i = series_collapse_index(y, window, frac, min_peak, min_tail)
-            if i is not None:
-                found.append(int(steps[i]))
+            c, d = series_events(y, window, frac, min_peak, min_tail)
+            if c is not None:
+                found.append(int(steps[c]))
+            dips += [(int(steps[a]), int(steps[b])) for a, b in d]
             break
-    return min(found) if found else None
+    collapse = min(found) if found else None
+    merged: list[list[int]] = []
+    for a, b in sorted(dips):
+        if collapse is not None and b >= collapse:
+            continue
+        if merged and a <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return collapse, [(a, b) for a, b in merged]
 
 
+def collapse_step_of(steps: Sequence[int], columns: Mapping[str, Sequence[float]], window: int = 10,
+                     frac: float = 0.5, min_peak: float = 0.2, min_tail: int = 5) -> int | None:
+    """The run's collapse step (``run_events``), None for a run that does not collapse."""
+    return run_events(steps, columns, window, frac, min_peak, min_tail)[0]

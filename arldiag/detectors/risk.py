@@ -9,8 +9,10 @@ risk has stayed below (threshold - exit_margin) for exit_steps consecutive steps
 """
 from __future__ import annotations
 
+import json
 import math
 from collections import deque
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
@@ -36,6 +38,22 @@ class RiskConfig:
             raise ValueError(f"enter_steps must be >= 1, got {self.enter_steps}")
         if not 0 <= self.exit_margin < min(self.enter):
             raise ValueError(f"exit_margin must be in [0, {min(self.enter)}), got {self.exit_margin}")
+
+
+CALIBRATED = Path(__file__).with_name("calibrated.json")  # written by benchmarks/calibrate.py (dev runs only)
+
+
+def calibrated_risk(path: Path = CALIBRATED) -> RiskConfig:
+    """RiskConfig with the fields benchmarks/calibrate.py chose on the dev runs (``risk`` in calibrated.json) when
+    the file says ``"apply": true`` (a fit on a real dev split, or ``--apply``); the class defaults otherwise (no
+    file, or a stand-in fit that only proposes values)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return RiskConfig()
+    fields = (data.get("risk") or {}) if data.get("apply") is True else {}
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+    return RiskConfig(**fields)
 
 
 def combine_risk(levels: Iterable[int], cfg: RiskConfig = RiskConfig()) -> float:

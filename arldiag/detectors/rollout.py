@@ -54,17 +54,26 @@ def zero_std_groups_rule(w, state, p) -> Signal | None:
     low = running_min(state, "min", cur)
     if n < p["warmup"] or not (math.isfinite(cur) and math.isfinite(low)) or cur - low < p["min_rise"]:
         return None
-    lv = grade_above(cur, p["levels"])
+    # an all-fail group needs every one of its rollouts to fail, so all-fail groups are at most the share 1 - s of
+    # failed trajectories: min(x, 1 - s) bounds the starved share. Groups that agree because every rollout
+    # succeeds are mastery, not starvation.
+    col = first_available(w, ("success_frac", "success_rate"))
+    s = tail_mean(w.series(col), p["smooth"]) if col else math.nan
+    starved = min(cur, 1.0 - s) if math.isfinite(s) else cur
+    lv = grade_above(starved, p["levels"])
     if not lv:
         return None
-    return Signal(lv, cur, "zero_std_group_frac",
-                  f"{cur:.0%} of groups have identical returns (lowest so far {low:.0%})")
+    note = f"{cur:.0%} of groups have identical returns (lowest so far {low:.0%})"
+    if math.isfinite(s):
+        note += f"; success {s:.2f}, so at most {starved:.0%} of groups fail throughout"
+    return Signal(lv, starved, "zero_std_group_frac", note)
 
 
 ZERO_STD_GROUPS = Detector(
     name="zero_std_groups",
     title="Groups without reward variance grow",
     inputs=("zero_std_group_frac",),
+    columns=("success_frac", "success_rate"),
     rule=zero_std_groups_rule,
     params=dict(smooth=8, warmup=10, min_rise=0.3, levels=(0.7, 0.85, 0.95)),
     explanation="More and more groups have identical returns for all rollouts, so group-relative advantages are "

@@ -34,6 +34,7 @@ class Window:
         self._cache: dict[str, np.ndarray] = {}
         self.n_steps = 0
         self.step: int | None = None
+        self.context = None  # the step's outcome context (detectors.context.Outcome), set by the Evaluator
 
     @property
     def columns(self) -> list[str]:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
+from arldiag.detectors.advice import advise
 from arldiag.findings import Finding, severity_rank
 
 # (keyword in the detector name, default advice). First match wins; order from specific to general.
@@ -95,14 +96,18 @@ def evidence_line(f: Finding, max_items: int = 4) -> str:
     return head + ("; " + ", ".join(scalars) if scalars else "")
 
 
-def recommendations(findings: Sequence[Finding]) -> list[Recommendation]:
-    """One recommendation per distinct advice among fired findings, most severe and earliest first."""
+def recommendations(findings: Sequence[Finding], config: Mapping[str, Any] | None = None) -> list[Recommendation]:
+    """One recommendation per distinct advice among fired findings, most severe and earliest first. With the
+    run's ``config`` (detectors.advice.settings_of of its run.json), the advice fits it: nothing the run already
+    has (no "add gradient clipping" when max_grad_norm is set)."""
     fired = sorted((f for f in findings if f.fired),
                    key=lambda f: (-severity_rank(f.severity), f.first_step if f.first_step is not None else 1 << 62,
                                   f.detector))
     out: dict[str, Recommendation] = {}
     for f in fired:
         text = (f.recommendation or "").strip() or default_advice(f.detector)
+        if config:
+            text = advise(f.detector, config, text)
         rec = out.get(text)
         if rec is None:
             out[text] = Recommendation(text=text, severity=f.severity, detectors=[f.detector],

@@ -63,7 +63,8 @@ FIRING = {
     "clip_pressure": lambda h: _after(h, _set(tok_oob_frac=lambda r, k: 0.03 + 0.01 * k,
                                               tok_oob_low_neg_frac=lambda r, k: 0.01 + 0.008 * k)),
     "ppo_kl_spike": lambda h: _after(h, _set(ppo_kl_k3=lambda r, k: 0.05 if k == 0 else r["ppo_kl_k3"])),
-    "kl_ref_drift": lambda h: _after(h, _set(kl_ref_k3=lambda r, k: 0.008 * 1.3 ** min(k, 20))),
+    # KL runs away while success stalls (if success kept climbing, that would be learning: test_healthy_runs)
+    "kl_ref_drift": lambda h: _after(h, _set(kl_ref_k3=lambda r, k: 0.008 * 1.3 ** min(k, 20), success_rate=0.4)),
     # the policy must move for concentration to matter: the step KL rises to 0.008 (min_kl 5e-3, below a spike)
     "kl_concentration": lambda h: _after(h, _set(kl_top1pct_share=lambda r, k: min(0.9, 0.08 + 0.05 * k),
                                                  ppo_kl_k3=lambda r, k: 0.008)),
@@ -73,7 +74,9 @@ FIRING = {
     "grad_norm_spike": lambda h: _after(h, _set(grad_norm=lambda r, k: 10.0 if k == 0 else r["grad_norm"])),
     "nonfinite": lambda h: _after(h, _set(nonfinite_tokens=lambda r, k: 3.0 if k == 0 else 0.0)),
     "format_collapse": lambda h: _after(h, _set(format_valid_frac=lambda r, k: max(0.0, 0.8 - 0.05 * k))),
-    "zero_std_groups": lambda h: _after(h, _set(zero_std_group_frac=lambda r, k: min(1.0, 0.3 + 0.03 * k))),
+    # every rollout fails: success falls with it (groups that all succeed are mastery: test_healthy_runs)
+    "zero_std_groups": lambda h: _after(h, _set(zero_std_group_frac=lambda r, k: min(1.0, 0.3 + 0.03 * k),
+                                                success_rate=lambda r, k: max(0.0, 0.4 - 0.03 * k))),
     "length_growth": lambda h: _after(h, _set(response_length_mean=lambda r, k: 100.0 * (1 + 0.1 * k),
                                               truncated_frac=lambda r, k: min(0.9, 0.02 + 0.02 * k))),
     "success_collapse": lambda h: _after(h, _set(success_rate=lambda r, k: max(0.0, 0.45 - 0.03 * k))),

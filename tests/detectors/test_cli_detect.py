@@ -44,6 +44,9 @@ def test_eval_detect(synth_runs, capsys, tmp_path):
         sr.success_rate.to_numpy())])
     r = rows["collapse"]
     assert r["lead_time"] == r["collapse_step"] - r["first_warning_step"] >= 10 and r["pass"]
+    assert r["lead_episode"][0] == r["first_warning_step"] and r["lead_episode"][1] in (None, r["steps"])
+    s = res["summary"]
+    assert s["recall_at_10"] == 1.0 and s["false_alarm_episodes"] == 0 and s["healthy_warning_share"] == 0
     assert rows["healthy"]["collapse_step"] is None and rows["healthy"]["false_alarms"] == 0
     assert res["summary"]["all_pass"] and res["summary"]["collapsing_warned_in_time"] == 1
     assert main(["eval-detect", str(root)]) == 0
@@ -97,7 +100,7 @@ def test_watch_bounded_by_max_seconds(synth_runs, tmp_path, capsys):
     assert capsys.readouterr().err == "arldiag watch: error: --interval must be > 0, got 0.0\n"
 
 
-def _fake_eval(monkeypatch, states, collapse, levels=None, tops=None):
+def _fake_eval(monkeypatch, states, collapse, levels=None, tops=None, dips=()):
     """Patch the two batch functions evaluate() uses: a given alert-state series and collapse label."""
     from types import SimpleNamespace
 
@@ -109,32 +112,62 @@ def _fake_eval(monkeypatch, states, collapse, levels=None, tops=None):
     fake = SimpleNamespace(timeline=list(zip(steps, [0.6] * len(states), states, tops)),
                            evaluator=SimpleNamespace(tracks=tracks), frame=None)
     monkeypatch.setattr(det, "evaluate_run", lambda run, name: fake)
-    monkeypatch.setattr(det, "label_of", lambda frame: collapse)
+    monkeypatch.setattr(det, "events_of", lambda frame: (collapse, list(dips)))
 
 
 class _FakeRun:  # evaluate() needs only the names and the manifests; the batch functions are patched
-    names = ["r"]
+    def __init__(self, config=None, names=("r",), splits=None):
+        self.names = list(names)
+        self.manifests = {n: {"config": dict(config or {})} for n in self.names}
+        for n, sp in (splits or {}).items():
+            if sp[0] == "top":
+                self.manifests[n]["split"] = sp[1]
+            else:
+                self.manifests[n]["config"]["split"] = sp[1]
 
-    def __init__(self, config=None):
-        self.manifests = {"r": {"config": config or {}}}
 
-
-def test_eval_episodes_and_alarm_gap(monkeypatch):
+def test_eval_episodes_and_lead(monkeypatch):
     from arldiag.commands import eval_detect
 
     states = ["ok", "warning", "warning", "ok", "watch", "critical", "ok", "ok", "warning", "critical", "critical",
-              "critical"]
-    assert eval_detect.episodes(list(range(12)), states) == [(1, 3), (5, 6), (8, None)]
-    _fake_eval(monkeypatch, states, 11)
-    # collapse at 11, alarm gap 6: the episode that cleared at step 3 (<= 11 - 6) is a false alarm; the one that
-    # cleared at 6 is build-up, so the first warning is step 5 and the lead time 6
-    r = eval_detect.evaluate(_FakeRun(), min_lead=6, alarm_gap=6)["runs"][0]
+              "critical"] + ["ok"] * 30 + ["warning"] * 12 + ["critical"] * 6
+    assert eval_detect.episodes(list(range(12)), states[:12]) == [(1, 3), (5, 6), (8, None)]
+    assert eval_detect.episodes(list(range(len(states))), states) == [(1, 3), (5, 6), (8, 12), (42, None)]
+    # collapse at 60, window 10, alarm gap 6: the episodes that cleared at 3 and 6 (<= 60 - 10 - 6) are false
+    # alarms, the one that cleared at 12 too; the lead counts from 42, the episode active at 60 -> 18
+    _fake_eval(monkeypatch, states, 60)
+    r = eval_detect.evaluate(_FakeRun(), min_lead=6, alarm_gap=6, window=10)["runs"][0]
     assert (r["kind"], r["false_alarms"], r["first_warning_step"], r["lead_time"], r["pass"]) == (
-        "collapse", 1, 5, 6, True)
-    assert r["elevated_from_step"] == 4  # the watch at step 4 precedes the critical at 5
-    _fake_eval(monkeypatch, states, None)
+        "collapse", 3, 42, 18, True)
+    assert r["elevated_from_step"] == 42
+    # a warning that cleared before the collapse is no lead: collapse at 11 with the episode 8..11 active -> 3
+    _fake_eval(monkeypatch, states[:12] + ["ok"] * 10, 11)
+    r = eval_detect.evaluate(_FakeRun(), min_lead=2, alarm_gap=2, window=4)["runs"][0]
+    assert (r["lead_time"], r["first_warning_step"], r["elevated_from_step"]) == (3, 8, 8)
+    _fake_eval(monkeypatch, states[:12] + ["ok"] * 10, 13)  # cleared at 12, one step before the collapse
+    r = eval_detect.evaluate(_FakeRun(), min_lead=2, alarm_gap=2, window=4)["runs"][0]
+    assert r["lead_time"] is None and not r["pass"]
+    _fake_eval(monkeypatch, states[:12], None)
     r = eval_detect.evaluate(_FakeRun())["runs"][0]
     assert (r["kind"], r["false_alarms"], r["first_warning_step"], r["pass"]) == ("stable", 3, 1, False)
+    assert r["elevated_from_step"] == 1
+    # the episode 8.. inside a recovered dip's window is a dip warning, not a false alarm
+    _fake_eval(monkeypatch, states[:12], None, dips=[(9, 10)])
+    r = eval_detect.evaluate(_FakeRun(), window=2)["runs"][0]
+    assert (r["false_alarms"], r["dip_warnings"]) == (2, 1)
+
+
+def test_eval_split_filter(monkeypatch, capsys):
+    from arldiag.commands import eval_detect
+
+    _fake_eval(monkeypatch, ["ok"] * 5, None)
+    run = _FakeRun(names=("a", "b", "c"), splits={"a": ("config", "dev"), "b": ("top", "heldout")})
+    assert [r["run"] for r in eval_detect.evaluate(run, split="dev")["runs"]] == ["a"]
+    res = eval_detect.evaluate(run, split="heldout")
+    assert [r["run"] for r in res["runs"]] == ["b"] and res["runs"][0]["split"] == "heldout"
+    assert len(eval_detect.evaluate(run)["runs"]) == 3
+    with pytest.raises(ValueError, match="--split"):
+        eval_detect.evaluate(run, split="test")
 
 
 def test_eval_fault_runs(monkeypatch):

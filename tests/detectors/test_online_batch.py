@@ -109,11 +109,13 @@ def test_monitor_state_is_bounded():
     m = arldiag.Monitor(sinks=[])
     rng = np.random.default_rng(0)
     for t in range(3000):
-        m.on_step(t, {"grad_norm": 1 + 0.1 * rng.random(), "entropy": 1.0, "ppo_kl_k3": 0.001})
+        m.on_step(t, {"grad_norm": 1 + 0.1 * rng.random(), "entropy": 1.0, "ppo_kl_k3": 0.001,
+                      "success_rate": rng.random(), "eval_success": rng.random() if t % 10 == 0 else None})
     w = m.evaluator.window
     assert all(len(w.series(c)) == w.size for c in ("grad_norm", "entropy"))
     sizes = [len(json.dumps(st, default=str)) for st in m.evaluator.states.values()]
     assert max(sizes) < 2000
+    assert len(json.dumps(m.evaluator.outcome.state)) < 500  # the outcome context keeps O(1) state too
 
 
 def test_monitor_import_is_light():

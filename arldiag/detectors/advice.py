@@ -1,0 +1,173 @@
+"""Recommendations that fit the run's configuration: no advice to add what the run already has.
+
+Each detector's advice is a list of remedies; a remedy may name a *setting test* on the run's config (run.json
+``config`` plus its top-level ``algorithm``). When the test says the run already has it ("max_grad_norm is set"),
+that remedy is replaced by what can still be done with it (e.g. "lower max_grad_norm (now 1.0)") or left out.
+The detector's own ``recommendation`` text (docs/detectors.md) stays the generic advice for an unknown config.
+
+Standard library only: the online Monitor uses it inside the training process.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+Config = Mapping[str, Any]
+
+
+def _num(cfg: Config, *keys: str) -> float | None:
+    for k in keys:
+        v = cfg.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    return None
+
+
+def _algo(cfg: Config) -> str:
+    return str(cfg.get("algo") or cfg.get("algorithm") or "").lower()
+
+
+# ---- setting tests: (cfg) -> a short phrase naming the setting when the run already has it, else None
+def grad_clip(cfg: Config) -> str | None:
+    v = _num(cfg, "max_grad_norm", "grad_clip", "clip_grad_norm")
+    return f"max_grad_norm {v:g}" if v is not None and v > 0 else None
+
+
+def token_mean(cfg: Config) -> str | None:
+    v = str(cfg.get("loss_agg") or cfg.get("loss_agg_mode") or "")
+    return f"loss_agg {v}" if v == "token-mean" else None
+
+
+def nalis_mask(cfg: Config) -> str | None:
+    return f"nalis_mask on (delta {cfg.get('nalis_delta', '?')})" if cfg.get("nalis_mask") is True else None
+
+
+def seq_clip(cfg: Config) -> str | None:
+    return f"sequence-level clipping ({_algo(cfg)})" if _algo(cfg) in ("gspo", "sampo") else None
+
+
+def kl_loss(cfg: Config) -> str | None:
+    v = _num(cfg, "kl_coef", "kl_loss_coef")
+    return f"kl_coef {v:g}" if v is not None and v > 0 else None
+
+
+def clip_higher(cfg: Config) -> str | None:
+    v = _num(cfg, "clip_high", "clip_ratio_high")
+    return f"clip_high {v:g}" if v is not None and v >= 0.28 and _algo(cfg) not in ("gspo", "sampo") else None
+
+
+def dynamic_filter(cfg: Config) -> str | None:
+    return "dynamic_filter on" if cfg.get("dynamic_filter") is True else None
+
+
+def gigpo(cfg: Config) -> str | None:
+    return "adv_estimator gigpo" if str(cfg.get("adv_estimator") or "").lower() == "gigpo" else None
+
+
+def format_penalty(cfg: Config) -> str | None:
+    v = _num(cfg, "format_penalty")
+    return f"format_penalty {v:g}" if v is not None and v > 0 else None
+
+
+def token_in_token_out(cfg: Config) -> str | None:
+    return "token ids passed through (retokenize off)" if cfg.get("retokenize") is False else None
+
+
+def dual_clip(cfg: Config) -> str | None:
+    v = _num(cfg, "dual_clip_c", "clip_ratio_c")
+    return f"dual_clip_c {v:g}" if v is not None and v > 1 else None
+
+
+@dataclass(frozen=True)
+class Remedy:
+    text: str
+    has: Callable[[Config], str | None] | None = None   # the run already has it when this returns a phrase
+    instead: str | None = None                           # what to say then ({has} = the phrase); None: leave out
+
+
+def _r(text, has=None, instead=None) -> Remedy:
+    return Remedy(text, has, instead)
+
+
+LOWER_LR = _r("lower the learning rate")
+REMEDIES: dict[str, tuple[Remedy, ...]] = {
+    "neg_adv_low_is": (
+        _r("mask negative-advantage low-IS sequences (SAMPO / DeepSeek-V3.2 off-policy mask, delta 0.05-0.223)",
+           nalis_mask, "tighten the negative-advantage low-IS mask ({has}: a smaller delta masks more)"),
+        _r("switch to sequence-level clipping (GSPO)", seq_clip, None),
+        _r("use fewer mini-batches per step (less off-policy)")),
+    "clip_pressure": (LOWER_LR, _r("use fewer mini-batches per step"),
+                      _r("use sequence-level clipping (GSPO)", seq_clip, None),
+                      _r("mask negative-advantage low-IS sequences", nalis_mask, None)),
+    "ppo_kl_spike": (_r("inspect the top-KL sequences"), LOWER_LR,
+                     _r("add gradient clipping", grad_clip, "lower the gradient-norm clip ({has})"),
+                     _r("mask negative-advantage low-IS sequences", nalis_mask,
+                        "tighten the negative-advantage low-IS mask ({has})")),
+    "kl_ref_drift": (_r("add a k3 KL loss to the reference (e.g. 0.01)", kl_loss, "raise the KL coefficient ({has})"),
+                     LOWER_LR, _r("check for reward hacking in the sequences with the highest kl_ref_k3")),
+    "kl_concentration": (_r("read the top-KL sequences"),
+                         _r("mask or clip them at sequence level (GSPO, off-policy mask)", seq_clip,
+                            "mask them (off-policy mask): {has} alone does not stop them")),
+    "entropy_collapse": (_r("use Clip-Cov / KL-Cov on the top-covariance tokens"),
+                         _r("raise eps_high (clip-higher, DAPO 0.28)", clip_higher, None),
+                         _r("add an entropy bonus"), _r("check the advantage normalisation")),
+    "entropy_blowup": (LOWER_LR, _r("check for non-finite gradients and negative-advantage low-IS sequences"),
+                       _r("add gradient clipping", grad_clip, "lower the gradient-norm clip ({has})")),
+    "grad_norm_spike": (LOWER_LR, _r("add gradient clipping", grad_clip, "lower the gradient-norm clip ({has})"),
+                        _r("look at the step's top-KL and negative-advantage low-IS sequences")),
+    "nonfinite": (_r("clamp log-ratios before exp (+-20)"),
+                  _r("check the reward and advantage normalisation (std + eps)"),
+                  _r("look at the sequences listed in the evidence")),
+    "format_collapse": (_r("check the response texts of the latest step"),
+                        _r("add a format penalty for unparseable actions", format_penalty,
+                           "keep the format penalty ({has})"), LOWER_LR,
+                        _r("mask negative-advantage low-IS sequences", nalis_mask, None)),
+    "zero_std_groups": (_r("use dynamic sampling (DAPO)", dynamic_filter, None),
+                        _r("use a fine-grained advantage (GiGPO)", gigpo, None),
+                        _r("use harder or easier tasks"),
+                        _r("check the success rate to tell collapse from saturation")),
+    "length_growth": (_r("use an overlong penalty (DAPO)"),
+                      _r("use token-mean loss aggregation", token_mean, None),
+                      _r("read the longest responses")),
+    "success_collapse": (_r("roll back to the last checkpoint before the first warning and apply the leading "
+                            "detectors' recommendations"),),
+    "mismatch_drift": (_r("use truncated IS (TIS, C = 2) or masked IS (IcePop, [0.5, 5])"),
+                       _r("align engine and trainer precision/kernels"),
+                       _r("check the sequences with the largest mismatch")),
+    "retok_drift": (_r("pass token ids through (token-in-token-out) instead of re-tokenizing text between turns",
+                       token_in_token_out, "the run passes token ids through ({has}), so check the chat "
+                                           "template and the turn boundaries for re-encoded text"),),
+}
+
+
+def settings_of(manifest: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The settings advice reads: run.json ``config`` plus its top-level ``algorithm`` and ``dual_clip_c``."""
+    m = manifest or {}
+    out = dict(m.get("config") or {})
+    if m.get("algorithm") and "algo" not in out:
+        out["algo"] = m["algorithm"]
+    return out
+
+
+def advise(detector: str, config: Config | None, default: str = "") -> str:
+    """The detector's advice fitted to ``config``; ``default`` (its generic text) when the config is unknown or
+    the detector has no remedy list."""
+    remedies = REMEDIES.get(detector)
+    if not remedies or not config:
+        return default
+    parts, already = [], []
+    for r in remedies:
+        has = r.has(config) if r.has is not None else None
+        if has is None:
+            parts.append(r.text)
+        else:
+            already.append(has)
+            if r.instead:
+                parts.append(r.instead.format(has=has))
+    if not parts:
+        return default
+    text = "; ".join(parts)
+    text = text[0].upper() + text[1:] + "."
+    if already:
+        text += " (Already in this run's config: " + ", ".join(dict.fromkeys(already)) + ".)"
+    return text

@@ -1,0 +1,92 @@
+"""Outcome context: where the run's outcome stands at this step, so that a rule can tell a healthy run from a
+failing one (low entropy at a high steady success is convergence; KL to the reference that grows while success
+improves is learning; groups without reward variance because every rollout succeeds are mastery).
+
+The Evaluator computes it once per step (``OutcomeTracker.update``) and puts it on ``window.context`` before the
+rules run; the state is O(1) (a count, a running peak, a frozen early baseline), so the Monitor's per-step cost
+stays flat. The outcome is ``eval_success`` when the run logs it (greedy evaluation every few steps, NULL in
+between: the mean of the last ``eval_points`` evaluations in the window), else the batch success
+(``success_rate``, else ``success_frac``), smoothed over ``smooth`` steps.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from arldiag.detectors.window import Window, count_finite, early_baseline, running_max, slope, tail_mean
+
+EVAL_COLUMN = "eval_success"
+BATCH_COLUMNS = ("success_rate", "success_frac")
+OUTCOME_COLUMNS = (EVAL_COLUMN,) + BATCH_COLUMNS
+
+
+@dataclass(frozen=True)
+class Outcome:
+    source: str | None   # the column read; None when the run logs no outcome (then nothing is discounted)
+    level: float         # smoothed outcome now
+    peak: float          # running peak of ``level`` (after the smoothing window filled)
+    base: float          # median of the first ``baseline`` finite values
+    rise: float          # least-squares slope over the last ``trend`` steps x trend (the change over that span)
+
+    @property
+    def known(self) -> bool:
+        return self.source is not None and math.isfinite(self.level) and math.isfinite(self.peak)
+
+    def near_peak(self, keep: float) -> bool:
+        """The outcome has not fallen: level >= keep x its running peak."""
+        return self.known and self.peak > 0 and self.level >= keep * self.peak
+
+    def improving(self, keep: float, min_rise: float) -> bool:
+        """Near its peak and still rising by at least ``min_rise`` over the trend span, and above the start."""
+        return (self.near_peak(keep) and math.isfinite(self.rise) and self.rise >= min_rise
+                and (not math.isfinite(self.base) or self.level > self.base))
+
+    def converged(self, keep: float, min_level: float) -> bool:
+        """High and steady: level >= min_level and near its peak."""
+        return self.near_peak(keep) and self.level >= min_level
+
+    def describe(self) -> str:
+        if not self.known:
+            return "no outcome logged"
+        rise = f", {self.rise:+.2f} over the trend span" if math.isfinite(self.rise) else ""
+        return f"{self.source} {self.level:.2f} (peak {self.peak:.2f}{rise})"
+
+
+UNKNOWN = Outcome(None, math.nan, math.nan, math.nan, math.nan)
+
+
+def outcome_of(w) -> Outcome:
+    """The context the Evaluator put on the window (UNKNOWN for a bare Window, e.g. a rule called directly)."""
+    return getattr(w, "context", None) or UNKNOWN
+
+
+class OutcomeTracker:
+    def __init__(self, smooth: int = 10, trend: int = 20, baseline: int = 10, eval_points: int = 3) -> None:
+        self.smooth, self.trend, self.baseline, self.eval_points = smooth, trend, baseline, eval_points
+        self.state: dict = {}
+
+    def update(self, w: Window) -> Outcome:
+        ev = w.series(EVAL_COLUMN)
+        fin = ev[np.isfinite(ev)] if ev.size else ev
+        if fin.size or self.state.get("eval"):
+            # once a run has logged eval_success, it stays the outcome (between evaluations the last ones hold)
+            self.state["eval"] = True
+            col, x = EVAL_COLUMN, ev
+            cur = float(fin[-self.eval_points:].mean()) if fin.size else self.state.get("last", math.nan)
+            last = ev[-1] if ev.size else math.nan
+        else:
+            col = next((c for c in BATCH_COLUMNS if np.isfinite(w.series(c)).any()), None)
+            if col is None:
+                return UNKNOWN
+            x = w.series(col)
+            cur, last = tail_mean(x, self.smooth), x[-1]
+        self.state["last"] = cur
+        n = count_finite(self.state, "n", last)
+        base = early_baseline(self.state, "base", last, self.baseline if col != EVAL_COLUMN else 2)
+        full = n >= (self.eval_points if col == EVAL_COLUMN else min(self.smooth, 3))
+        peak = running_max(self.state, "peak", cur) if full else self.state.get("peak", math.nan)
+        span = self.trend if col != EVAL_COLUMN else x.size  # evaluations are sparse: use the whole window
+        rise = slope(x, span) * min(span, x.size)
+        return Outcome(col, cur, peak, base, rise)

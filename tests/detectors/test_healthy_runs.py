@@ -1,0 +1,89 @@
+"""Detectors that know a healthy run: one converged/learning case (quiet) next to the failing case it resembles
+(fires), per rule that reads the outcome context or the run's own early level."""
+import math
+
+import numpy as np
+import pytest
+
+from arldiag.detectors import Evaluator
+from arldiag.detectors.context import OutcomeTracker
+from arldiag.detectors.window import Window
+
+
+def _run(name, rows):
+    ev = Evaluator([name])
+    res = [ev.update(r["step"], r) for r in rows]
+    (f,) = ev.findings()
+    return f, res
+
+
+def _rows(n, **cols):
+    """n steps; each column a function of the step t."""
+    return [{"step": t, **{c: fn(t) for c, fn in cols.items()}} for t in range(n)]
+
+
+def _noise(seed, s):
+    rng = np.random.default_rng(seed)
+    return lambda: float(rng.normal(0, s))
+
+
+def test_entropy_low_at_high_steady_success_is_convergence():
+    e = _noise(0, 0.01)
+    entropy = lambda t: max(0.01, 0.63 * 0.95 ** t)  # noqa: E731  0.63 -> 0.01 over 80 steps
+    converged = _rows(150, entropy=entropy, success_rate=lambda t: min(0.93, 0.3 + 0.02 * t) + e())
+    f, _ = _run("entropy_collapse", converged)
+    assert f.status == "quiet", f.evidence
+    # the same entropy course while success falls from its peak is a collapse
+    failing = _rows(150, entropy=entropy, success_rate=lambda t: min(0.93, 0.3 + 0.02 * t) if t < 40
+                    else max(0.1, 0.93 - 0.02 * (t - 40)))
+    f, _ = _run("entropy_collapse", failing)
+    assert f.status == "fired" and f.severity in ("warning", "critical")
+    assert "success_rate" in f.evidence["note"]
+
+
+def test_kl_ref_growing_while_success_improves_is_learning():
+    kl = lambda t: 0.01 + 0.004 * t  # noqa: E731  0.01 -> 0.6: twelve-fold within the run
+    learning = _rows(150, kl_ref_k3=kl, success_rate=lambda t: min(0.95, 0.1 + 0.006 * t))
+    f, _ = _run("kl_ref_drift", learning)
+    assert f.status == "quiet" or f.severity == "watch", f.evidence
+    stalled = _rows(150, kl_ref_k3=kl, success_rate=lambda t: 0.3)
+    f, _ = _run("kl_ref_drift", stalled)
+    assert f.status == "fired" and f.severity in ("warning", "critical")
+
+
+def test_kl_ref_high_from_the_first_step_is_not_a_drift():
+    e = _noise(1, 0.02)
+    high = _rows(120, kl_ref_k3=lambda t: 0.8 + e(), success_rate=lambda t: 0.3)
+    f, _ = _run("kl_ref_drift", high)
+    assert f.status == "quiet", f.evidence
+    # the same level reached by growth from 0.05 is a drift
+    grown = _rows(120, kl_ref_k3=lambda t: 0.05 if t < 60 else 0.8, success_rate=lambda t: 0.3)
+    f, _ = _run("kl_ref_drift", grown)
+    assert f.status == "fired" and f.first_step >= 60 and f.severity in ("warning", "critical")
+
+
+def test_zero_std_groups_all_success_is_mastery():
+    zs = lambda t: min(1.0, 0.2 + 0.01 * t)  # noqa: E731
+    mastery = _rows(120, zero_std_group_frac=zs, success_frac=lambda t: min(1.0, 0.5 + 0.006 * t))
+    f, _ = _run("zero_std_groups", mastery)
+    assert f.status == "quiet", f.evidence
+    starving = _rows(120, zero_std_group_frac=zs, success_frac=lambda t: max(0.0, 0.5 - 0.006 * t))
+    f, _ = _run("zero_std_groups", starving)
+    assert f.status == "fired" and f.severity in ("warning", "critical")
+    # the graded value is the bound min(x, 1 - s) on the all-fail share, computed here with numpy
+    t = f.evidence["peak_step"]
+    x = np.mean([zs(s) for s in range(t - 7, t + 1)])
+    s = np.mean([max(0.0, 0.5 - 0.006 * u) for u in range(t - 7, t + 1)])
+    assert f.evidence["peak_value"] == pytest.approx(min(x, 1 - s))
+
+
+def test_outcome_tracker_prefers_eval_success_and_stays_bounded():
+    w = Window(["eval_success", "success_rate"], 32)
+    tr = OutcomeTracker()
+    for t in range(100):
+        w.push(t, {"success_rate": 0.2, "eval_success": (0.5 + t / 200) if t % 10 == 0 else math.nan})
+        out = tr.update(w)
+    # the last three evaluations in the window: steps 70, 80, 90
+    assert out.source == "eval_success" and out.level == pytest.approx(np.mean([0.85, 0.9, 0.95]))
+    assert out.peak == pytest.approx(out.level) and out.rise > 0
+    assert len(tr.state) <= 6
