@@ -27,6 +27,11 @@ DEFAULT_FILE = "arldiag.toml"
 
 # What each detector parameter means (the numbers themselves are read from the detector registry).
 PARAM_MEANINGS = {
+    "conv_success": "entropy_collapse stays quiet while the outcome is at least this (a converged run)",
+    "conv_keep": "... and within this share of its peak",
+    "improve_keep": "kl_ref_drift: the outcome counts as improving while within this share of its peak ...",
+    "improve_rise": "... and it rose by at least this over the last 20 steps",
+    "learning_drop": "kl_ref_drift: alert levels dropped (below critical) while the outcome improves (KL growth while learning)",
     "abs_levels": "absolute values of the metric for watch / warning / critical",
     "ratio_levels": "ratios to the metric's baseline for watch / warning / critical",
     "frac_levels": "fractions for watch / warning / critical",
@@ -247,7 +252,8 @@ class Settings:
     source: str | None = None  # the file read, if any
 
     def collector_kwargs(self) -> dict[str, Any]:
-        return dict(self.values["collector"])
+        # "" is TOML's stand-in for None (e.g. dual_clip_c: None = take the run config's own setting)
+        return {k: (None if v == "" else v) for k, v in self.values["collector"].items()}
 
     def detectors(self) -> list:
         from arldiag.detectors.registry import REGISTRY

@@ -139,6 +139,9 @@ def import_steps(file: str, out: str, step_column: str | None = None, fmt: str |
     path = Path(file)
     if not path.exists():
         raise ValueError(f"file: {file!r} does not exist")
+    if path.is_dir() and fmt in (None, "tensorboard") and not any(path.rglob("events.out.tfevents*")):
+        raise ValueError(f"file: {file!r} is a folder without TensorBoard event files; give a log file or an "
+                         "event-file folder")
     fmt = fmt or guess_format(path)
     if fmt not in STEP_READERS:
         raise ValueError(f"format: {fmt!r} is not a step-metrics format; choose from {', '.join(STEP_READERS)}")

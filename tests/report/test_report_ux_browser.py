@@ -55,7 +55,8 @@ def test_timeline_panels_scales_ticks_and_collapse(page) -> None:
     img = screenshot(page, "fig1", scale=1.0)[..., :3].astype(int)
     ys, xs = np.nonzero(np.abs(img - RED).sum(-1) < 60)
     assert len(ys) > 200, "no collapse line in the screenshot"
-    assert abs(np.median(xs) - x_px) < 4
+    # the most frequent column of red pixels is the line (the red "collapse" label text spreads over others)
+    assert abs(np.bincount(xs).argmax() - x_px) < 8
     assert np.ptp(ys) > 0.8 * img.shape[0]  # it spans the panels top to bottom
 
 
