@@ -116,10 +116,10 @@ def main(argv: list[str]) -> int:
         for name, code, seconds in pool.map(lambda n: run_one(n, table[n], out), names):
             print(f"{name}: {'ok' if code == 0 else f'FAILED (exit {code})'} in {seconds / 60:.1f} min", flush=True)
             failed += code != 0
-    if a.what == "all":
+    if a.what == "all":  # the tables of the runs just written, wherever --out put them
         from summarize import write_table
 
-        write_table()
+        write_table(sorted(p for p in Path(a.out).iterdir() if (p / "run.json").exists()))
     return 1 if failed else 0
 
 

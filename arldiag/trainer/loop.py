@@ -1,7 +1,7 @@
 """The training loop: rollout -> rewards and advantages -> PPO-style updates, logged only through the Collector.
 
 One step (CleanRL-style, top to bottom):
-  0. every eval_every steps: greedy episodes on the fixed evaluation set (eval_success, without batch noise);
+  0. every eval_every steps: episodes on the fixed evaluation set (eval_success, the same tasks every time);
   1. play n_tasks x group_size episodes with the sampler (the policy itself, or a copy in reduced precision and/or
      rollout_lag steps behind, as asynchronous trainers run);
   2. turn rewards r_t (env reward minus the format penalty of invalid turns, the same for every algorithm), episode
