@@ -105,12 +105,12 @@ def test_interrupted_compaction_is_finished_or_rolled_back(tmp_path):
 
 
 def test_committed_sample_runs_stay_small():
-    """The bundled sample runs are part of every checkout: keep them under 40 MB (compacted, token rows sampled)."""
+    """The bundled sample runs are part of every checkout: keep them under 60 MB (the issue's budget) (compacted, token rows sampled)."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2] / "sample_runs"
     total = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
-    assert total < 40 * 2**20, f"sample_runs/ holds {total / 2**20:.1f} MB"
+    assert total < 60 * 2**20, f"sample_runs/ holds {total / 2**20:.1f} MB"
     for run in (p.parent for p in root.glob("*/run.json")):
         for t in TABLES:
             if (run / t).is_dir():

@@ -14,7 +14,7 @@ import pytest
 import arldiag
 from arldiag.cli import main as cli_main
 
-SAMPLE = Path(__file__).resolve().parents[2] / "sample_runs" / "cispo"
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_runs" / "cispo_s0"
 TABLES = ("steps", "sequences", "tokens", "turns", "groups")
 
 
@@ -136,7 +136,7 @@ def cut_sample(tmp_path_factory) -> dict[str, Path]:
     """Copies of the sample cispo run, each with one table's (only, compacted) part cut short."""
     out = {}
     for t in TABLES:
-        d = tmp_path_factory.mktemp(f"cut_{t}") / "cispo"
+        d = tmp_path_factory.mktemp(f"cut_{t}") / "cispo_s0"
         shutil.copytree(SAMPLE, d)
         part, = (d / t).glob("*.parquet")
         _truncate(part, 5000)

@@ -27,24 +27,25 @@ RED = np.array([200, 16, 46])  # figures.COLLAPSE_COLOR
 
 @pytest.fixture(scope="module")
 def samples_root(tmp_path_factory) -> Path:
-    """root/cispo (collapses at 82) and root/gspo (170); cispo written last."""
+    """root/cispo_s0 (collapses at step 40) and root/grpo_s0 (never collapses); cispo_s0 written last."""
     root = tmp_path_factory.mktemp("samples")
-    for n in ("gspo", "cispo"):
+    for n in ("grpo_s0", "cispo_s0"):
         shutil.copytree(SAMPLES / n, root / n)
     now = time.time()
     for sub in ("run.json", "steps"):  # copies keep the originals' mtimes: make cispo the most recently written
-        os.utime(root / "gspo" / sub, (now - 100, now - 100))
-        os.utime(root / "cispo" / sub, (now, now))
+        os.utime(root / "grpo_s0" / sub, (now - 100, now - 100))
+        os.utime(root / "cispo_s0" / sub, (now, now))
     return root
 
 
-def _expected(root: Path, name: str) -> tuple[int, int]:
+def _expected(root: Path, name: str) -> tuple[int | None, int | None]:
     """(collapse step, first warning step) computed by the detectors directly."""
     import arldiag
     from arldiag.detectors import analyse
 
     _, collapse, tl = analyse(arldiag.open_run(root / name))
-    return collapse[name], int(tl[tl["state"].isin(["warning", "critical"])]["step"].min())
+    warned = tl[tl["state"].isin(["warning", "critical"])]["step"]
+    return collapse[name], (int(warned.min()) if len(warned) else None)
 
 
 def _figure(driver, gid: str) -> dict:
@@ -72,16 +73,16 @@ def _title_overlaps(driver, gid: str, titles: list[str]) -> list[str]:
 
 
 def test_one_run_by_default_with_the_collapse_marked(samples_root, serve, browser) -> None:
-    collapse, first_warning = _expected(samples_root, "cispo")
+    collapse, first_warning = _expected(samples_root, "cispo_s0")
     browser.get(serve(samples_root))
     _wait(browser, _rendered("g-overview"), "overview")
-    assert browser.find_element("css selector", "#run-select").text.strip().startswith("cispo")
+    assert browser.find_element("css selector", "#run-select").text.strip().startswith("cispo_s0")
     fig = _figure(browser, "g-overview")
     assert {t["name"].split(" · ")[0] for t in fig["traces"]} <= {"success_rate", "success_frac", "format_valid_frac",
                                                                    "ppo_kl", "kl_ref_k3", "grad_norm", "entropy"}
     assert not any(" · " in t["name"] for t in fig["traces"])  # one run: no run prefix
-    # the collapse step: a vertical line at x = 82 in the figure, named in its meta and annotation
-    assert fig["meta"] == {"collapse": {"cispo": collapse}}
+    # the collapse step: a vertical line at x = the collapse step in the figure, named in its meta and annotation
+    assert fig["meta"] == {"collapse": {"cispo_s0": collapse}}
     lines = [s for s in fig["shapes"] if s["type"] == "line"]
     assert [(s["x0"], s["x1"]) for s in lines] == [(collapse, collapse)]
     assert f"collapse {collapse}" in fig["annotations"]
@@ -99,7 +100,7 @@ def test_one_run_by_default_with_the_collapse_marked(samples_root, serve, browse
         by_axis.setdefault(t["yaxis"], []).append(t["color"])
     assert all(len(set(c)) == len(c) for c in by_axis.values())
     assert _title_overlaps(browser, "g-overview", panels) == []
-    # the screenshot shows the line: saturated collapse-red pixels in a narrow column at step 82's x position
+    # the screenshot shows the line: saturated collapse-red pixels in a narrow column at the collapse step's x position
     x_px = browser.execute_script(f"""const g = {_plot_js('g-overview')}; const xa = g._fullLayout.xaxis;
         return g.getBoundingClientRect().left + xa._offset + xa.l2p(arguments[0]);""", collapse)
     img = decode_png(browser.get_screenshot_as_png())[..., :3].astype(int)
@@ -111,34 +112,35 @@ def test_one_run_by_default_with_the_collapse_marked(samples_root, serve, browse
 
 
 def test_compare_mode_colours_and_alert_shading(samples_root, serve, browser) -> None:
-    (c_cispo, _), (c_gspo, _) = _expected(samples_root, "cispo"), _expected(samples_root, "gspo")
+    (c_cispo, _), (c_grpo, _) = _expected(samples_root, "cispo_s0"), _expected(samples_root, "grpo_s0")
     browser.get(serve(samples_root))
     _wait(browser, _rendered("g-overview"), "overview")
     # choose the comparison run as a user's pick would (dash 4's dropdown renders its search box only when open,
     # and headless typing does not commit the option): set the dropdown's value through Dash's renderer
-    browser.execute_script("dash_clientside.set_props('compare-select', {value: ['gspo']});")
+    browser.execute_script("dash_clientside.set_props('compare-select', {value: ['grpo_s0']});")
     _wait(browser, lambda d: any(" · " in (t["name"] or "") for t in _figure(d, "g-overview")["traces"]),
           "compare mode drawn")
     fig = _figure(browser, "g-overview")
     colors = {t["name"].split(" · ")[0]: set() for t in fig["traces"]}
     for t in fig["traces"]:
         colors[t["name"].split(" · ")[0]].add(t["color"])
-    assert set(colors) == {"cispo", "gspo"}
-    assert all(len(c) == 1 for c in colors.values()) and colors["cispo"] != colors["gspo"]
+    assert set(colors) == {"cispo_s0", "grpo_s0"}
+    assert all(len(c) == 1 for c in colors.values()) and colors["cispo_s0"] != colors["grpo_s0"]
     for (c,) in colors.values():  # not red, the colour of critical
         r, g, b = int(c[1:3], 16), int(c[3:5], 16), int(c[5:7], 16)
         assert not (r > 180 and g < 80 and b < 80), c
     # each run's alerts shaded in its own colour; each collapse marked
     fills = {s["fill"].rsplit(",", 1)[0] for s in fig["shapes"] if s["type"] == "rect"}
     rgb = {n: "rgba({}, {}, {}".format(*(int(c[i:i + 2], 16) for i in (1, 3, 5))) for n, (c,) in colors.items()}
-    assert rgb["cispo"] in fills and rgb["gspo"] in fills
-    assert sorted(s["x0"] for s in fig["shapes"] if s["type"] == "line") == sorted([c_cispo, c_gspo])
-    assert fig["meta"] == {"collapse": {"cispo": c_cispo, "gspo": c_gspo}}
+    assert rgb["cispo_s0"] in fills  # grpo_s0 is shaded only where it warned
+    assert c_grpo is None
+    assert sorted(s["x0"] for s in fig["shapes"] if s["type"] == "line") == [c_cispo]  # only collapses are lines
+    assert fig["meta"] == {"collapse": {"cispo_s0": c_cispo}}
     assert _severe(browser) == []
 
 
 def test_sequence_explorer_opens_at_the_first_warning(samples_root, serve, browser) -> None:
-    _, first_warning = _expected(samples_root, "cispo")
+    _, first_warning = _expected(samples_root, "cispo_s0")
     browser.get(serve(samples_root))
     _wait(browser, _rendered("g-overview"), "overview")
     _click_tab(browser, "Sequence explorer")
@@ -179,9 +181,9 @@ def test_turns_tab_says_when_turns_were_not_recorded(tmp_path, serve, browser) -
 
 def test_a_truncated_part_does_not_break_the_page(samples_root, tmp_path, serve, browser) -> None:
     root = tmp_path / "root"
-    shutil.copytree(samples_root / "cispo", root / "cispo")
+    shutil.copytree(samples_root / "cispo_s0", root / "cispo_s0")
     for t in ("tokens", "sequences"):
-        part, = (root / "cispo" / t).glob("*.parquet")
+        part, = (root / "cispo_s0" / t).glob("*.parquet")
         part.write_bytes(part.read_bytes()[:4000])
     with pytest.warns(UserWarning, match="skipping unreadable part"):
         url = serve(root)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-SAMPLE = Path(__file__).resolve().parents[2] / "sample_runs" / "cispo"
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_runs" / "cispo_s0"
 
 
 @pytest.fixture(scope="module")
@@ -107,13 +107,30 @@ def test_precursors_rank_training_signals_only(cispo_report) -> None:
     assert names and not any(n.endswith("_s") or n.startswith("user/") or n in ("time", "lr") for n in names)
     for a in names:  # no alias pairs
         assert a + "_mean" not in names
-    # the raw scan led with timings and listed both aliases; the kept entries carry the scan's own numbers
+    # the kept entries carry the scan's own numbers
     raw = precursor_scan(cispo_report.main.steps, cispo_report.main.verdict.collapse_step, top=200)
-    assert raw[0]["metric"].endswith("_s")
-    assert {"response_length", "response_length_mean"} <= {r["metric"] for r in raw[:8]}
     by = {r["metric"]: r for r in raw}
     assert all(p == by[p["metric"]] for p in pre)
-    assert names[0] == "response_length_mean"  # arldiag's name kept over the trainer's equal series
+
+
+def test_precursors_drop_timings_and_aliases_on_a_hand_built_run() -> None:
+    """A timing that moves most, a trainer's series and arldiag's equal alias: only the training signal is kept,
+    under arldiag's name."""
+    import numpy as np
+    import pandas as pd
+
+    from arldiag.report.build import training_precursors
+
+    steps = np.arange(100)
+    rng = np.random.default_rng(0)
+    noise = lambda: 0.1 * rng.standard_normal(100)  # noqa: E731
+    ramp = np.where(steps >= 60, steps - 59.0, 0.0)  # moves from step 60 on, collapse at 90
+    length = 5 + ramp + noise()
+    df = pd.DataFrame({"step": steps, "update_s": 1 + 10 * ramp + noise(), "response_length": length,
+                       "response_length_mean": length, "entropy": 0.5 + 0.05 * ramp + noise()})
+    names = [p["metric"] for p in training_precursors(df, 90)]
+    assert "update_s" not in names and "response_length" not in names
+    assert names[0] == "response_length_mean"
 
 
 def test_offenders_come_from_the_build_up(cispo_report) -> None:

@@ -1,5 +1,5 @@
 """The sample CISPO run's report in headless Chromium: the timeline gives ppo_kl a panel apart from kl_ref_k3, every
-panel draws its step tick labels, the collapse step is a line at step 82 (in the figure and in a screenshot), and
+panel draws its step tick labels, the collapse step is a line at the collapse step (in the figure and in a screenshot), and
 sections fold."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from report_browser import chromium_available, screenshot, start_driver, stop_dr
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not chromium_available(), reason="chromium/chromedriver not installed")]
-SAMPLE = Path(__file__).resolve().parents[2] / "sample_runs" / "cispo"
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_runs" / "cispo_s0"
 RED = np.array([192, 0, 0])  # the report's collapse line (#c00000)
 
 
@@ -34,7 +34,7 @@ def test_timeline_panels_scales_ticks_and_collapse(page) -> None:
     import arldiag
     from arldiag.detectors import collapse_step
 
-    collapse = collapse_step(arldiag.open_run(SAMPLE))["cispo"]
+    collapse = collapse_step(arldiag.open_run(SAMPLE))["cispo_s0"]
     info = page.execute_script("""const g = document.getElementById('fig1'); const L = g._fullLayout;
         const xs = Object.keys(L).filter(k => /^xaxis\\d*$/.test(k)).map(k => L[k]._id);
         return {axes: xs.length, yaxes: Object.keys(L).filter(k => /^yaxis\\d*$/.test(k)).length,
@@ -49,7 +49,7 @@ def test_timeline_panels_scales_ticks_and_collapse(page) -> None:
     assert any(t.startswith("KL: ") and "kl_ref_k3" in t for t in panels)
     assert min(info["ticks"]) >= 2, info["ticks"]  # step tick labels under every panel
     assert [collapse, "#c00000"] in info["lines"]
-    # the screenshot of the timeline shows the red collapse line at step 82's x position
+    # the screenshot of the timeline shows the red collapse line at the collapse step's x position
     x_px = page.execute_script("""const g = document.getElementById('fig1'); const xa = g._fullLayout.xaxis;
         return xa._offset + xa.l2p(arguments[0]);""", collapse)
     img = screenshot(page, "fig1", scale=1.0)[..., :3].astype(int)
