@@ -2,6 +2,7 @@
 
     python sample_runs/summarize.py            # print the tables of every run under sample_runs/
     python sample_runs/summarize.py --write    # and replace them in sample_runs/README.md (between the markers)
+    python sample_runs/summarize.py DIR... --write --block=stress-table   # another generated block
 
 Per run: the behaviour-cloned start, peak and final eval success (the fixed evaluation set, greedy), the collapse
 step (arldiag's collapse label, docs/detectors.md), the valid-format ratio at the end, the largest KL to the reference,
@@ -19,7 +20,6 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-START, END = "<!-- suite-table:start -->", "<!-- suite-table:end -->"
 LEARN_POINTS = 0.15  # "learns": peak eval success at least this far above the step-0 evaluation
 LATE_COLLAPSE = 40  # the phenomenon: a collapse after this step (learn first, then collapse)
 
@@ -102,8 +102,10 @@ def suite_runs() -> list[Path]:
     return out
 
 
-def write_table(dirs: list[Path] | None = None) -> str:
-    """Replace the generated block of sample_runs/README.md; returns the block."""
+def write_table(dirs: list[Path] | None = None, block: str = "suite-table") -> str:
+    """Replace the generated block ``<!-- BLOCK:start -->...<!-- BLOCK:end -->`` of sample_runs/README.md (appended
+    when absent); returns the block's text."""
+    START, END = f"<!-- {block}:start -->", f"<!-- {block}:end -->"
     text = tables([summarize(d) for d in (dirs or suite_runs())])
     readme = HERE / "README.md"
     body = readme.read_text()
@@ -118,8 +120,9 @@ def write_table(dirs: list[Path] | None = None) -> str:
 
 def main(argv: list[str]) -> None:
     write = "--write" in argv
-    dirs = [Path(a) for a in argv if a != "--write"] or suite_runs()
-    print(write_table(dirs) if write else tables([summarize(d) for d in dirs]))
+    block = next((a.split("=", 1)[1] for a in argv if a.startswith("--block=")), "suite-table")
+    dirs = [Path(a) for a in argv if not a.startswith("--")] or suite_runs()
+    print(write_table(dirs, block) if write else tables([summarize(d) for d in dirs]))
 
 
 if __name__ == "__main__":

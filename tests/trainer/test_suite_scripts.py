@@ -1,0 +1,79 @@
+"""The suite's scripts (sample_runs/suite.py, summarize.py): every listed command is a valid `arldiag train` command
+whose resolved config carries the shared setting, the seed's split and only the run's own differences; the tables'
+per-algorithm counts follow their definitions on hand-made rows."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_runs"
+sys.path.insert(0, str(SAMPLES))
+import suite  # noqa: E402
+import summarize  # noqa: E402
+
+
+def _config(args: list[str]):
+    from arldiag.trainer.cli import add_arguments
+    from arldiag.trainer.config import config_from_args
+
+    assert args[:2] == ["arldiag", "train"]
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return config_from_args(parser.parse_args(args[2:]))
+
+
+def _flag_known(key: str) -> bool:
+    from arldiag.trainer.config import TrainConfig
+
+    return key in TrainConfig.__dataclass_fields__
+
+
+@pytest.mark.parametrize("name,args", list(suite.runs().items()) + list(suite.stress_runs().items()))
+def test_every_command_resolves_to_the_shared_setting(name, args) -> None:
+    setting = suite.STRESS if name in suite.stress_runs() else suite.SETTING
+    base = name.rsplit("_s", 1)[0]
+    extra = {**suite.ALGORITHM_RUNS, **suite.STRESS_RUNS, **suite.EXTRA_RUNS}.get(base, (None, {}))[1]
+    if not all(_flag_known(k) for k in extra):
+        pytest.skip(f"{name}: option(s) {sorted(k for k in extra if not _flag_known(k))} not in this trainer")
+    cfg = _config(args)
+    assert cfg.name == name and cfg.out == f"sample_runs/{name}"
+    if name in suite.EXTRA_RUNS:
+        return
+    seed = int(name.rsplit("_s", 1)[1])
+    assert cfg.seed == seed and cfg.resolved_split() == ("dev" if seed < 3 else "heldout")
+    for key, value in {**setting, **extra}.items():
+        assert getattr(cfg, key) == value, (name, key)
+
+
+def test_runs_differ_only_in_algorithm_seed_and_their_extras() -> None:
+    seen = {}
+    for name, args in suite.runs().items():
+        if name in suite.EXTRA_RUNS:
+            continue
+        opts = [a for a in args[2:]]
+        for flag in ("--algo", "--out", "--name", "--seed"):
+            i = opts.index(flag)
+            del opts[i:i + 2]
+        base = name.rsplit("_s", 1)[0]
+        seen.setdefault(base, set()).add(tuple(opts))
+    assert all(len(v) == 1 for v in seen.values())  # the same options for every seed
+
+
+def _row(algo, start, peak, collapse, mask=False, final=0.3):
+    return dict(name=algo, algo=algo, seed=0, split="dev", nalis_mask=mask, steps=200, start=start, peak=peak,
+                peak_step=50, final=final, collapse=collapse, valid_end=1.0, kl_max=0.1, nalis_peak=0.0,
+                share_peak=0.0, nalis_lead=None, wall_min=1.0)
+
+
+def test_table_counts_follow_their_definitions() -> None:
+    rows = [_row("cispo", 0.20, 0.36, 60), _row("cispo", 0.20, 0.34, None),  # +16 learned; +14 not
+            _row("cispo", 0.20, 0.50, 40), _row("cispo", 0.20, 0.50, None, mask=True)]  # 40 is not "after 40"
+    text = summarize.tables(rows)
+    by = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+          for line in text.splitlines() if line.startswith("| cispo")}
+    # runs, learned (+15 points), collapsed after step 40, collapsed at all, median peak, median final
+    assert by["cispo"][:4] == ["3", "2", "1", "2"] and by["cispo"][4] == "0.36"
+    assert by["cispo + mask"][:4] == ["1", "1", "0", "0"]
