@@ -22,6 +22,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 LEARN_POINTS = 0.15  # "learns": peak eval success at least this far above the step-0 evaluation
 LATE_COLLAPSE = 40  # the phenomenon: a collapse after this step (learn first, then collapse)
+EARLY, EARLY_POINTS = 150, 0.25  # the issue's learning check: +25 points of eval success within 150 steps
 
 
 def summarize(run_dir: Path) -> dict:
@@ -56,6 +57,7 @@ def summarize(run_dir: Path) -> dict:
                 start=float(ev[0]) if ev.size else float("nan"), peak=float(ev.max()) if ev.size else float("nan"),
                 peak_step=int(ev_steps[int(np.argmax(ev))]) if ev.size else None,
                 final=float(ev[-1]) if ev.size else float("nan"), collapse=collapse,
+                gain150=float(ev[ev_steps <= EARLY].max() - ev[0]) if ev.size else float("nan"),
                 valid_end=float(np.nanmean(valid[-10:])), kl_max=float(np.nanmax(col("kl_ref_k3"))),
                 nalis_peak=float(np.nanmax(nalis)) if np.isfinite(nalis).any() else float("nan"),
                 share_peak=float(np.nanmax(share)) if np.isfinite(share).any() else float("nan"), nalis_lead=lead,
@@ -79,16 +81,17 @@ def tables(rows: list[dict]) -> str:
                    f"| {fmt(r['final'])} | {fmt(r['collapse'], 'd')} | {fmt(r['valid_end'])} | {fmt(r['kl_max'], '.3f')} "
                    f"| {fmt(r['nalis_peak'], '.4f')} | {fmt(r['share_peak'], '.3f')} | {fmt(r['nalis_lead'], 'd')} "
                    f"| {fmt(r['wall_min'], '.1f')} |")
-    out += ["", "| algorithm | runs | learned (+15 points) | collapsed after step 40 | collapsed at all "
-                "| median peak | median final |", "|---|---|---|---|---|---|---|"]
+    out += ["", "| algorithm | runs | learned (+15 points) | +25 points within 150 steps | collapsed after step 40 "
+                "| collapsed at all | median peak | median final |", "|---|---|---|---|---|---|---|---|"]
     groups: dict[str, list[dict]] = {}
     for r in rows:
         groups.setdefault(r["algo"] + (" + mask" if r["nalis_mask"] and r["algo"] != "sampo" else ""), []).append(r)
     for name, rs in groups.items():
         learned = sum(r["peak"] - r["start"] >= LEARN_POINTS for r in rs)
+        early = sum(r.get("gain150", float("nan")) >= EARLY_POINTS for r in rs)
         late = sum(r["collapse"] is not None and r["collapse"] > LATE_COLLAPSE for r in rs)
         anyc = sum(r["collapse"] is not None for r in rs)
-        out.append(f"| {name} | {len(rs)} | {learned} | {late} | {anyc} | {fmt(float(np.median([r['peak'] for r in rs])))} "
+        out.append(f"| {name} | {len(rs)} | {learned} | {early} | {late} | {anyc} | {fmt(float(np.median([r['peak'] for r in rs])))} "
                    f"| {fmt(float(np.median([r['final'] for r in rs])))} |")
     return "\n".join(out)
 

@@ -62,18 +62,18 @@ def test_runs_differ_only_in_algorithm_seed_and_their_extras() -> None:
     assert all(len(v) == 1 for v in seen.values())  # the same options for every seed
 
 
-def _row(algo, start, peak, collapse, mask=False, final=0.3):
-    return dict(name=algo, algo=algo, seed=0, split="dev", nalis_mask=mask, steps=200, start=start, peak=peak,
+def _row(algo, start, peak, collapse, mask=False, final=0.3, gain150=0.0):
+    return dict(gain150=gain150, name=algo, algo=algo, seed=0, split="dev", nalis_mask=mask, steps=200, start=start, peak=peak,
                 peak_step=50, final=final, collapse=collapse, valid_end=1.0, kl_max=0.1, nalis_peak=0.0,
                 share_peak=0.0, nalis_lead=None, wall_min=1.0)
 
 
 def test_table_counts_follow_their_definitions() -> None:
-    rows = [_row("cispo", 0.20, 0.36, 60), _row("cispo", 0.20, 0.34, None),  # +16 learned; +14 not
+    rows = [_row("cispo", 0.20, 0.36, 60, gain150=0.26), _row("cispo", 0.20, 0.34, None, gain150=0.24),  # +16; +14
             _row("cispo", 0.20, 0.50, 40), _row("cispo", 0.20, 0.50, None, mask=True)]  # 40 is not "after 40"
     text = summarize.tables(rows)
     by = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
           for line in text.splitlines() if line.startswith("| cispo")}
-    # runs, learned (+15 points), collapsed after step 40, collapsed at all, median peak, median final
-    assert by["cispo"][:4] == ["3", "2", "1", "2"] and by["cispo"][4] == "0.36"
-    assert by["cispo + mask"][:4] == ["1", "1", "0", "0"]
+    # runs, learned (+15 points), +25 within 150 steps, collapsed after step 40, collapsed at all, median peak, final
+    assert by["cispo"][:5] == ["3", "2", "1", "1", "2"] and by["cispo"][5] == "0.36"
+    assert by["cispo + mask"][:5] == ["1", "1", "0", "0", "0"]
