@@ -52,7 +52,7 @@ def summarize(run_dir: Path) -> dict:
     valid = col("valid_format_ratio")
     log = run_dir.with_suffix(".log")
     wall = re.search(r"done: \d+ steps in (\d+)s", log.read_text()) if log.exists() else None
-    return dict(name=run_dir.name, algo=meta.get("algorithm", cfg.get("algo", "?")), seed=cfg.get("seed"),
+    return dict(actions=_actions(run_dir), auto=cfg.get("auto_stabilize"), name=run_dir.name, algo=meta.get("algorithm", cfg.get("algo", "?")), seed=cfg.get("seed"),
                 split=cfg.get("split", "?"), nalis_mask=bool(cfg.get("nalis_mask")), steps=len(df),
                 start=float(ev[0]) if ev.size else float("nan"), peak=float(ev.max()) if ev.size else float("nan"),
                 peak_step=int(ev_steps[int(np.argmax(ev))]) if ev.size else None,
@@ -62,6 +62,36 @@ def summarize(run_dir: Path) -> dict:
                 nalis_peak=float(np.nanmax(nalis)) if np.isfinite(nalis).any() else float("nan"),
                 share_peak=float(np.nanmax(share)) if np.isfinite(share).any() else float("nan"), nalis_lead=lead,
                 wall_min=int(wall.group(1)) / 60 if wall else float("nan"))
+
+
+def _actions(run_dir: Path) -> list[tuple[int, str]]:
+    """(step, action) of every auto-stabilize action recorded in the run's ``actions`` table (empty without one)."""
+    import pyarrow.parquet as pq
+
+    parts = sorted((run_dir / "actions").glob("*.parquet")) if (run_dir / "actions").is_dir() else []
+    out = []
+    for part in parts:
+        t = pq.read_table(part, columns=["step", "action"]).to_pydict()
+        out += list(zip(t["step"], t["action"]))
+    return sorted(out)
+
+
+def stress_pairs(rows: list[dict]) -> str:
+    """Per seed: the run without and with --auto-stabilize (``NAME_sK`` and ``NAME_auto_sK``), side by side, with
+    the actions taken and what the loop changed: final and peak eval success of the stabilised run minus those of
+    the same seed without it."""
+    by = {r["name"]: r for r in rows}
+    out = ["| seed (split) | without: peak / final / collapse | with: peak / final / collapse | final, with - without "
+           "| actions (step: action) |", "|---|---|---|---|---|"]
+    for name, plain in by.items():
+        auto = by.get(name.replace("_s", "_auto_s")) if "_auto_s" not in name else None
+        if auto is None:
+            continue
+        acts = "; ".join(f"{s}: {a}" for s, a in auto["actions"]) or "none"
+        out.append(f"| {plain['seed']} ({plain['split']}) | {fmt(plain['peak'])} / {fmt(plain['final'])} / "
+                   f"{fmt(plain['collapse'], 'd')} | {fmt(auto['peak'])} / {fmt(auto['final'])} / "
+                   f"{fmt(auto['collapse'], 'd')} | {auto['final'] - plain['final']:+.2f} | {acts} |")
+    return "\n".join(out)
 
 
 def fmt(x, spec=".2f"):
@@ -85,7 +115,8 @@ def tables(rows: list[dict]) -> str:
                 "| collapsed at all | median peak | median final |", "|---|---|---|---|---|---|---|---|"]
     groups: dict[str, list[dict]] = {}
     for r in rows:
-        groups.setdefault(r["algo"] + (" + mask" if r["nalis_mask"] and r["algo"] != "sampo" else ""), []).append(r)
+        groups.setdefault(r["algo"] + (" + mask" if r["nalis_mask"] and r["algo"] != "sampo" else "")
+                          + (f" + auto-stabilize {r['auto']}" if r.get("auto") else ""), []).append(r)
     for name, rs in groups.items():
         learned = sum(r["peak"] - r["start"] >= LEARN_POINTS for r in rs)
         early = sum(r.get("gain150", float("nan")) >= EARLY_POINTS for r in rs)
@@ -93,6 +124,9 @@ def tables(rows: list[dict]) -> str:
         anyc = sum(r["collapse"] is not None for r in rs)
         out.append(f"| {name} | {len(rs)} | {learned} | {early} | {late} | {anyc} | {fmt(float(np.median([r['peak'] for r in rs])))} "
                    f"| {fmt(float(np.median([r['final'] for r in rs])))} |")
+    pairs = stress_pairs(rows)
+    if pairs.count("\n") > 1:
+        out += ["", pairs]
     return "\n".join(out)
 
 
