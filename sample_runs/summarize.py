@@ -84,7 +84,8 @@ def stress_pairs(rows: list[dict]) -> str:
     out = ["| seed (split) | without: peak / final / collapse | with: peak / final / collapse | final, with - without "
            "| actions (step: action) |", "|---|---|---|---|---|"]
     for name, plain in by.items():
-        auto = by.get(name.replace("_s", "_auto_s")) if "_auto_s" not in name else None
+        m = re.fullmatch(r"(.+)_s(\d+)", name)
+        auto = by.get(f"{m.group(1)}_auto_s{m.group(2)}") if m and not m.group(1).endswith("_auto") else None
         if auto is None:
             continue
         acts = "; ".join(f"{s}: {a}" for s, a in auto["actions"]) or "none"

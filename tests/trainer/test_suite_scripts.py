@@ -62,8 +62,8 @@ def test_runs_differ_only_in_algorithm_seed_and_their_extras() -> None:
     assert all(len(v) == 1 for v in seen.values())  # the same options for every seed
 
 
-def _row(algo, start, peak, collapse, mask=False, final=0.3, gain150=0.0):
-    return dict(gain150=gain150, name=algo, algo=algo, seed=0, split="dev", nalis_mask=mask, steps=200, start=start, peak=peak,
+def _row(algo, start, peak, collapse, mask=False, final=0.3, gain150=0.0, name=None, actions=(), auto=None):
+    return dict(gain150=gain150, actions=list(actions), auto=auto, name=name or algo, algo=algo, seed=0, split="dev", nalis_mask=mask, steps=200, start=start, peak=peak,
                 peak_step=50, final=final, collapse=collapse, valid_end=1.0, kl_max=0.1, nalis_peak=0.0,
                 share_peak=0.0, nalis_lead=None, wall_min=1.0)
 
@@ -77,3 +77,15 @@ def test_table_counts_follow_their_definitions() -> None:
     # runs, learned (+15 points), +25 within 150 steps, collapsed after step 40, collapsed at all, median peak, final
     assert by["cispo"][:5] == ["3", "2", "1", "1", "2"] and by["cispo"][5] == "0.36"
     assert by["cispo + mask"][:5] == ["1", "1", "0", "0", "0"]
+
+
+def test_stress_pairs_put_each_seed_beside_its_stabilised_twin() -> None:
+    rows = [_row("cispo", 0.2, 0.45, 180, final=0.09, name="x_s4"),
+            _row("cispo", 0.2, 0.84, None, final=0.67, name="x_auto_s4", actions=[(20, "nalis_mask")], auto="default"),
+            _row("cispo", 0.2, 0.45, None, final=0.43, name="x_s1")]  # no twin: no row
+    lines = [ln for ln in summarize.stress_pairs(rows).splitlines()[2:]]
+    assert len(lines) == 1
+    cells = [c.strip() for c in lines[0].split("|")[1:-1]]
+    assert cells[1:] == ["0.45 / 0.09 / 180", "0.84 / 0.67 / none", "+0.58", "20: nalis_mask"]
+    groups = [ln.split("|")[1].strip() for ln in summarize.tables(rows).splitlines() if ln.startswith("| cispo")]
+    assert groups == ["cispo", "cispo + auto-stabilize default"]
