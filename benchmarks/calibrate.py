@@ -16,7 +16,8 @@ non-collapsing runs with a false-alarm episode, H the share of healthy steps in 
 1. Rule-based state: the detectors are replayed once per dev run (their per-step levels kept). Every RiskConfig of
    the grid enter_steps x warning threshold x exit_steps is scored; from the best GREEDY_FROM of them, detectors are
    *demoted* greedily (RiskConfig.demote: their level counts one lower in the risk, so they warn only with a second
-   signal) while J rises by more than DEMOTE_COST per detector and neither R10 nor R0 falls.
+   signal) while J rises by more than DEMOTE_COST per detector and neither R10 nor R0 falls; the best demotion set
+   then gets the hysteresis grid again (ties: fewer enter/exit steps).
 2. Learned risk: an L2-regularised logistic regression (scipy.optimize, L-BFGS with the analytic gradient) over the
    windowed features of detectors.learned; positives = the PRE steps up to each collapse, negatives = healthy steps
    (outside every event window), classes weighted equally; its alarm threshold is picked on dev by J.
@@ -149,20 +150,27 @@ def fit_rules(runs) -> tuple[dict, dict]:
     """Grid over the hysteresis, then greedy demotion from the best GREEDY_FROM grid points (module doc)."""
     _check_dev(runs)
     runs = [r for r in runs if not r["faults"]]
-    scored = []
-    for es, wt, xs in itertools.product(GRID["enter_steps"], GRID["warning"], GRID["exit_steps"]):
-        point = {"enter_steps": es, "warning": wt, "exit_steps": xs}
-        s = score_states(runs, rule_states(runs, risk_config(**point)))
-        scored.append(((s["objective"], -es, -xs), point, s))
-    scored.sort(key=lambda x: x[0], reverse=True)
+    scored = _grid(runs, ())
     candidates = sorted({d for r in runs for lv in r["levels"] for d in lv})
     best = None
     for _, point, s in scored[:GREEDY_FROM]:
         demote, t = _demote_greedy(runs, point, s, candidates)
         key = (t["objective"], -len(demote))
         if best is None or key > best[0]:
-            best = (key, dict(point, demote=list(demote)), t)
-    return best[1], best[2]
+            best = (key, demote)
+    # the hysteresis again, with the chosen demotions (ties: fewer enter/exit steps, i.e. earlier warnings)
+    _, point, s = _grid(runs, best[1])[0]
+    return dict(point, demote=list(best[1])), s
+
+
+def _grid(runs, demote) -> list[tuple]:
+    """[(key, point, summary)] over GRID, best first; key = (J, -enter_steps, -exit_steps)."""
+    scored = []
+    for es, wt, xs in itertools.product(GRID["enter_steps"], GRID["warning"], GRID["exit_steps"]):
+        point = {"enter_steps": es, "warning": wt, "exit_steps": xs}
+        s = score_states(runs, rule_states(runs, risk_config(**point, demote=demote)))
+        scored.append(((s["objective"], -es, -xs), point, s))
+    return sorted(scored, key=lambda x: x[0], reverse=True)
 
 
 def training_set(runs):

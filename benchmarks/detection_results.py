@@ -30,6 +30,8 @@ def fmt(v, kind: str, s: dict | None = None) -> str:
         return f"{100 * v:.1f} %"
     if kind == "int":
         return str(int(v))
+    if float(v).is_integer() and kind == "num":
+        return str(int(v))
     return f"{v:.1f}" if kind == "num1" else f"{v:.2f}"
 
 
