@@ -154,7 +154,7 @@ def docs_section(out: dict, runs: list[dict], pr: dict, source: str) -> str:
     lines += [
         "### Dev (the runs the settings were fitted on: optimistic, reported apart)",
         "",
-        figures_table([("previous defaults", d["previous"]), ("arldiag rules (chosen)", d["rules"]),
+        figures_table([("class defaults (before the fit)", d["previous"]), ("arldiag rules (chosen)", d["rules"]),
                        ("arldiag learned", d["learned"]), ("rlwatch 0.5.1 defaults", pr["dev"]["rlwatch"])]),
         "",
         _recall_note(d["rules"], "dev"),
@@ -192,11 +192,16 @@ def readme_headline(out: dict, source: str) -> str:
         if not hs["collapsing"]:
             parts.append("The held-out runs contain no collapse, so they measure false alarms only; recall is "
                          "measured on dev alone and rests on its collapses.")
+        h1 = hs["healthy_warning_share"]
+        parts.append(f"Issue targets on them: no warning episode on a non-collapsing run "
+                     f"{_met(hs['stable_runs_with_warning'] == 0)}; at most 1 % of healthy steps in warning "
+                     f"{_met(None if h1 is None else h1 <= 0.01)}; >= 80 % of collapses warned 10 steps ahead "
+                     f"{_met(None if hs['recall_at_10'] is None else hs['recall_at_10'] >= 0.8)}.")
         if "heldout" in pr:
             parts.append(f"rlwatch 0.5.1 with its defaults on the same runs: {line(pr['heldout']['rlwatch'])}.")
     ds = d[shipped]
-    parts.append(f"Dev seeds ({ds['runs']} runs, the fit's own data): {line(ds)}; median lead "
-                 f"{'-' if ds['median_lead'] is None else ds['median_lead']} steps.")
+    lead = "-" if ds["median_lead"] is None else fmt(ds["median_lead"], "num")
+    parts.append(f"Dev seeds ({ds['runs']} runs, the fit's own data): {line(ds)}; median lead {lead} step(s).")
     parts.append(f"Regenerate: `python benchmarks/calibrate.py {source} --write`; details in "
                  f"[docs/detectors.md](docs/detectors.md#results-on-the-seeded-suite-generated).")
     return " ".join(parts)
