@@ -98,7 +98,6 @@ def evaluate(run, min_lead: int = 10, alarm_gap: int = 20, precursors: int = 0, 
     """Score the runs (``names``: a subset of run.names, else those of ``split``, else all)."""
     from arldiag.detectors import evaluate_run, events_of
     from arldiag.detectors.precursors import precursor_scan
-
     from arldiag.detectors.risk import calibrated_model
 
     cfg = ScoreConfig(min_lead=min_lead, alarm_gap=alarm_gap, window=window)

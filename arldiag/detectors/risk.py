@@ -26,7 +26,7 @@ class RiskConfig:
     exit_margin: float = 0.1
     exit_steps: int = 3
     # 2: on the 13 sample runs of seeds 0 and 1, 11 -> 8 false-alarm episodes, leads 0-1 step shorter
-    # (docs/detectors.md "Results on the sample runs")
+    # (docs/detectors.md "Results on the first sample runs")
     enter_steps: int = 2
     # detectors whose level counts one lower in the risk (a warning of theirs alone is only "watch"; with a second
     # signal it still warns): the false-alarm sources on the dev runs, chosen by benchmarks/calibrate.py
