@@ -163,7 +163,9 @@ def docs_section(out: dict, runs: list[dict], pr: dict, source: str) -> str:
         f"{d['rules']['stable']} stable runs: the fit can lower false alarms on healthy runs (their steps are "
         f"plentiful), but any choice of lead-time behaviour rests on {d['rules']['collapsing']} example(s) and would "
         f"be fitted to noise. Demotion is constrained never to lose a dev collapse's alarm; a detector demoted here "
-        f"still warns together with any second signal, but a future collapse that only it precedes is warned later.",
+        f"still warns together with any second signal, but a future collapse that only it precedes is warned later. "
+        f"The learned model's dev recall is measured on the very collapse windows it was trained on "
+        f"({model['positives']} positive steps), so it says nothing about unseen collapses.",
         "",
         f"### Per run (arldiag {shipped}, rlwatch 0.5.1 defaults; episode ranges are inclusive)",
         "",
