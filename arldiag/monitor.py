@@ -33,7 +33,8 @@ class Monitor:
     """Args:
         detectors: registry names and/or Detector objects (default: the whole registry).
         risk: RiskConfig (level scores, state thresholds, hysteresis).
-        risk_model: "rules" (noisy-OR of the detectors' levels) or "learned" (detectors.learned).
+        risk_model: "rules" (noisy-OR of the detectors' levels) or "learned" (detectors.learned); default: the one
+            calibrated.json ships (risk.calibrated_model).
         config: the run's settings for config-fitted advice (default: the bound Collector's run.json).
         sinks: names among "console", "store", "wandb", and/or callables ``sink(alert)``.
         webhook: URL to POST alerts to (or a WebhookSink); callback: ``fn(alert, monitor)``.
@@ -45,7 +46,8 @@ class Monitor:
                  sinks: Iterable[str | Callable[[Alert], None]] = DEFAULT_SINKS, webhook: Any = None,
                  callback: Callable[[Alert, "Monitor"], Any] | None = None, stop_on: str | None = None,
                  min_severity: str = "watch", source: str = "online", run: str | None = None,
-                 console_stream=None, config: Mapping[str, Any] | None = None, risk_model: str = "rules") -> None:
+                 console_stream=None, config: Mapping[str, Any] | None = None,
+                 risk_model: str | None = None) -> None:
         if stop_on not in (None, "watch", "warning", "critical"):
             raise ValueError(f"stop_on must be None, 'watch', 'warning' or 'critical', got {stop_on!r}")
         self.evaluator = Evaluator(detectors, risk=risk, config=config, risk_model=risk_model)

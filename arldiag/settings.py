@@ -66,6 +66,7 @@ RISK_MEANINGS = {
     "exit_margin": "the risk must fall this far below a threshold to leave the state",
     "exit_steps": "steps below the threshold before leaving a state",
     "enter_steps": "consecutive steps above a threshold before entering a state",
+    "demote": "detectors whose level counts one lower in the risk (they warn only with a second signal)",
 }
 COLLECTOR_KEYS = {"token_sample_rate": "fraction of samples whose token rows are kept (anomalous rows always)",
                   "flush_every": "publish buffered rows every this many steps",
@@ -109,10 +110,10 @@ def defaults() -> dict[str, Any]:
     from arldiag.channels import DiscordSink, EmailSink, SlackSink
     from arldiag.collectors.collector import Collector
     from arldiag.detectors.registry import REGISTRY
-    from arldiag.detectors.risk import RiskConfig
+    from arldiag.detectors.risk import calibrated_risk
     from arldiag.monitor import Monitor
 
-    risk = RiskConfig()
+    risk = calibrated_risk()  # the shipped defaults (fitted on dev runs by benchmarks/calibrate.py)
     mon = _signature_defaults(Monitor.__init__, MONITOR_KEYS)
     slack = _signature_defaults(SlackSink.__init__, ["mention_severity", "min_severity"])
     discord = _signature_defaults(DiscordSink.__init__, ["mention_severity", "min_severity"])

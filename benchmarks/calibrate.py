@@ -1,22 +1,32 @@
-"""Calibrate the alert state on dev runs only, then score the held-out runs once.
+"""Calibrate the alert state on dev runs only, score the held-out runs once, and (with --write) regenerate every
+detection figure of the docs from one suite folder.
 
-    python benchmarks/calibrate.py RUNS... [--stand-in-heldout a,b,c] [--out arldiag/detectors/calibrated.json]
+    python benchmarks/calibrate.py /work/suite --write        # fit on dev, score held-out once, write docs + json
+    python benchmarks/calibrate.py RUNS... [--stand-in-heldout a,b,c] [--out FILE] [--replay-cache FILE]
 
-Split: each run's run.json (`config.split` or top-level `split`: dev | heldout). For runs without one (the current
+Split: each run's run.json (`config.split` or top-level `split`: dev | heldout). For runs without one (the first
 sample runs), ``--stand-in-heldout NAMES`` marks those names held out and the rest dev, and the output says it is a
-stand-in. Fitting reads dev runs only (``fit_*`` refuse a held-out run); the held-out runs are replayed once, after
-the fit, with the chosen settings.
+stand-in. Fitting reads dev runs only (``fit_*`` refuse a held-out run) and leaves out runs with planted faults
+(their warnings are wanted); the held-out runs are replayed once, after the fit, with the chosen settings.
 
-1. Rule-based state: the detectors are replayed once per dev run (their per-step levels kept), then every RiskConfig
-   of the grid (enter_steps x warning threshold x exit_steps) is scored with detectors.scoring; objective
-   J = NAB score / 100 - 5 x share of healthy steps in warning (the issue's budget is 1 % of healthy steps).
+Objective on a set of runs (the issue's targets, as one number): J = R10 + R0 - F - 5 H, with R10 the share of
+collapses warned >= 10 steps ahead, R0 the share alarmed at or before the collapse step, F the share of
+non-collapsing runs with a false-alarm episode, H the share of healthy steps in warning (the 1 % budget costs 0.05).
+
+1. Rule-based state: the detectors are replayed once per dev run (their per-step levels kept). Every RiskConfig of
+   the grid enter_steps x warning threshold x exit_steps is scored; from the best GREEDY_FROM of them, detectors are
+   *demoted* greedily (RiskConfig.demote: their level counts one lower in the risk, so they warn only with a second
+   signal) while J rises by more than DEMOTE_COST per detector and neither R10 nor R0 falls; the best demotion set
+   then gets the hysteresis grid again (ties: fewer enter/exit steps).
 2. Learned risk: an L2-regularised logistic regression (scipy.optimize, L-BFGS with the analytic gradient) over the
-   windowed features of detectors.learned; positives = the 30 steps up to each collapse, negatives = healthy steps
-   (outside every event window), classes weighted equally; its alarm threshold is picked on dev by the same J.
-The chosen RiskConfig fields, the learned weights and the fit's figures go to calibrated.json. The Evaluator's
-default RiskConfig is ``risk.calibrated_risk()``: the chosen fields when the file says ``"apply": true`` (the split
-came from run.json, or ``--apply``), the class defaults otherwise (a stand-in fit only proposes). The learned
-model (``risk_model="learned"``) is read from the same file.
+   windowed features of detectors.learned; positives = the PRE steps up to each collapse, negatives = healthy steps
+   (outside every event window), classes weighted equally; its alarm threshold is picked on dev by J.
+3. Held out, once: both are scored; the one with the higher held-out J is ``default_model`` (ties: rules, the
+   simpler), the other stays selectable (``risk_model=`` / ``eval-detect --risk``).
+4. With --write: calibrated.json (chosen fields, learned weights, the fit's figures), rlwatch 0.5.1's defaults on
+   the same runs (benchmarks/peer_rlwatch.py), and the generated sections of docs/detectors.md and README.md.
+The Evaluator's defaults are ``risk.calibrated_risk()`` / ``risk.calibrated_model()``: the chosen values when the
+file says ``"apply": true`` (the split came from run.json, or ``--apply``), the class defaults otherwise.
 """
 from __future__ import annotations
 
@@ -24,32 +34,43 @@ import argparse
 import itertools
 import json
 import math
+import pickle
 import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 PRE = 30          # positives: the PRE steps up to the collapse step
 L2 = 1.0
 GRID = dict(enter_steps=(1, 2, 3, 4), warning=(0.5, 0.6, 0.75), exit_steps=(3, 5, 8))
+GREEDY_FROM = 3   # grid points the demotion search starts from
+DEMOTE_COST = 0.02  # J a demotion must buy (about a third of one stable run of the 17 on dev): fewer, surer changes
+THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99)
+PREVIOUS = dict(enter_steps=2, warning=0.5, exit_steps=3)  # the class defaults before this fit
 
 
 def objective(s: dict) -> float:
-    nab = s["nab_score"] if s["nab_score"] is not None else 0.0
-    return nab / 100.0 - 5.0 * (s["healthy_warning_share"] or 0.0)
+    """J = R10 + R0 - F - 5 H (module doc); a set without collapses scores on F and H alone."""
+    f = (s["stable_runs_with_warning"] / s["stable"]) if s["stable"] else 0.0
+    return ((s["recall_at_10"] or 0.0) + (s.get("alarmed_share") or 0.0) - f
+            - 5.0 * (s["healthy_warning_share"] or 0.0))
 
 
 def replay(run, name: str) -> dict:
-    """One pass over a run: per-step detector levels, learned features and the label."""
+    """One pass over a run: per-step detector levels, learned features, the label and the steps frame."""
+    from arldiag.commands.eval_detect import injected_faults
     from arldiag.detectors import Evaluator, events_of
     from arldiag.detectors.batch import steps_frame
     from arldiag.detectors.learned import FEATURE_METRICS, FeatureState
+    from arldiag.detectors.risk import RiskConfig
     from arldiag.detectors.window import Window
 
     frame = steps_frame(run, name)
-    ev = Evaluator()
+    ev = Evaluator(risk=RiskConfig(), risk_model="rules")
     fw, fs = Window(FEATURE_METRICS, 32), FeatureState()
     cols = [c for c in set(ev.window.columns) | set(FEATURE_METRICS) if c in frame.columns]
     steps, levels, feats, tops = [], [], [], []
@@ -61,10 +82,8 @@ def replay(run, name: str) -> dict:
         tops.append(r.top)
         feats.append(fs.features(fw))
     c, dips = events_of(frame)
-    from arldiag.commands.eval_detect import injected_faults
-
     return {"name": name, "steps": steps, "levels": levels, "X": np.asarray(feats), "collapse": c, "dips": dips,
-            "tops": tops, "faults": injected_faults(run, name)}
+            "tops": tops, "faults": injected_faults(run, name), "frame": frame}
 
 
 def _check_dev(runs) -> None:
@@ -73,13 +92,27 @@ def _check_dev(runs) -> None:
         raise ValueError(f"calibration fits on dev runs only; refusing held-out/unsplit runs: {', '.join(bad)}")
 
 
-def score_states(runs, states_per_run) -> dict:
-    from arldiag.detectors.scoring import ScoreConfig, score_run, summarize
+def score_rows(runs, states_per_run) -> list[dict]:
+    from arldiag.detectors.scoring import ScoreConfig, score_run
 
     cfg = ScoreConfig()
-    rows = [score_run(r["steps"], st, r["collapse"], r["dips"], dict(zip(r["steps"], r["tops"])),
-                      tuple(r["faults"]), cfg) for r, st in zip(runs, states_per_run)]
-    return summarize(rows, cfg)
+    return [dict(score_run(r["steps"], st, r["collapse"], r["dips"], dict(zip(r["steps"], r["tops"])),
+                           tuple(r["faults"]), cfg), run=r["name"]) for r, st in zip(runs, states_per_run)]
+
+
+def summarize_rows(rows) -> dict:
+    from arldiag.detectors.scoring import ScoreConfig, summarize
+
+    s = summarize(rows, ScoreConfig())
+    coll = [r for r in rows if r["kind"] == "collapse"]
+    # R0: an alarm active at the collapse step (lead >= 0), however short
+    s["alarmed_share"] = (sum(r["lead_time"] is not None for r in coll) / len(coll)) if coll else None
+    s["objective"] = objective(s)
+    return s
+
+
+def score_states(runs, states_per_run) -> dict:
+    return summarize_rows(score_rows(runs, states_per_run))
 
 
 def rule_states(runs, rc) -> list[list[str]]:
@@ -88,21 +121,56 @@ def rule_states(runs, rc) -> list[list[str]]:
     return [[st for _, st in risk_series(r["levels"], rc)] for r in runs]
 
 
-def risk_config(enter_steps: int, warning: float, exit_steps: int):
+def risk_config(enter_steps: int, warning: float, exit_steps: int, demote=()):
     from arldiag.detectors.risk import RiskConfig
 
-    return RiskConfig(enter=(0.25, warning, max(0.8, warning)), enter_steps=enter_steps, exit_steps=exit_steps)
+    return RiskConfig(enter=(0.25, warning, max(0.8, warning)), enter_steps=enter_steps, exit_steps=exit_steps,
+                      demote=tuple(sorted(demote)))
+
+
+def _demote_greedy(runs, point: dict, s: dict, candidates) -> tuple[tuple[str, ...], dict]:
+    demote: tuple[str, ...] = ()
+    while True:
+        best = None
+        for d in candidates:
+            if d in demote:
+                continue
+            t = score_states(runs, rule_states(runs, risk_config(**point, demote=demote + (d,))))
+            keeps = ((t["recall_at_10"] or 0) >= (s["recall_at_10"] or 0)
+                     and (t["alarmed_share"] or 0) >= (s["alarmed_share"] or 0))
+            if keeps and t["objective"] > s["objective"] + DEMOTE_COST and (best is None or
+                                                                           t["objective"] > best[1]["objective"]):
+                best = (d, t)
+        if best is None:
+            return demote, s
+        demote, s = tuple(sorted(demote + (best[0],))), best[1]
 
 
 def fit_rules(runs) -> tuple[dict, dict]:
+    """Grid over the hysteresis, then greedy demotion from the best GREEDY_FROM grid points (module doc)."""
     _check_dev(runs)
+    runs = [r for r in runs if not r["faults"]]
+    scored = _grid(runs, ())
+    candidates = sorted({d for r in runs for lv in r["levels"] for d in lv})
     best = None
-    for es, wt, xs in itertools.product(GRID["enter_steps"], GRID["warning"], GRID["exit_steps"]):
-        s = score_states(runs, rule_states(runs, risk_config(es, wt, xs)))
-        key = (objective(s), -es, -xs)
+    for _, point, s in scored[:GREEDY_FROM]:
+        demote, t = _demote_greedy(runs, point, s, candidates)
+        key = (t["objective"], -len(demote))
         if best is None or key > best[0]:
-            best = (key, {"enter_steps": es, "warning": wt, "exit_steps": xs}, s)
-    return best[1], best[2]
+            best = (key, demote)
+    # the hysteresis again, with the chosen demotions (ties: fewer enter/exit steps, i.e. earlier warnings)
+    _, point, s = _grid(runs, best[1])[0]
+    return dict(point, demote=list(best[1])), s
+
+
+def _grid(runs, demote) -> list[tuple]:
+    """[(key, point, summary)] over GRID, best first; key = (J, -enter_steps, -exit_steps)."""
+    scored = []
+    for es, wt, xs in itertools.product(GRID["enter_steps"], GRID["warning"], GRID["exit_steps"]):
+        point = {"enter_steps": es, "warning": wt, "exit_steps": xs}
+        s = score_states(runs, rule_states(runs, risk_config(**point, demote=demote)))
+        scored.append(((s["objective"], -es, -xs), point, s))
+    return sorted(scored, key=lambda x: x[0], reverse=True)
 
 
 def training_set(runs):
@@ -152,7 +220,7 @@ def learned_states(runs, wv, b) -> list[list[str]]:
 
     out = []
     for r in runs:
-        st = AlertState(RiskConfig())
+        st = AlertState(RiskConfig())  # the Evaluator's hysteresis for the learned score (engine.Evaluator)
         out.append([LEVELS[st.update(float(p))] for p in sigmoid(r["X"] @ wv + b)])
     return out
 
@@ -161,46 +229,40 @@ def fit_learned(runs) -> tuple[dict, dict]:
     from arldiag.detectors.learned import FEATURE_NAMES
 
     _check_dev(runs)
+    runs = [r for r in runs if not r["faults"]]
     X, y = training_set(runs)
     wv, b = fit_logistic(X, y)
     best = None
-    for t in (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99):
-        shift = b - math.log(t / (1 - t)) + math.log(0.5 / 0.5)  # the threshold t maps to 0.5 (warning)
+    for t in THRESHOLDS:
+        shift = b - math.log(t / (1 - t))  # the threshold t maps to 0.5 (the warning threshold)
         s = score_states(runs, learned_states(runs, wv, shift))
-        if best is None or objective(s) > best[0]:
-            best = (objective(s), t, shift, s)
+        if best is None or s["objective"] > best[0]:
+            best = (s["objective"], t, shift, s)
     _, t, shift, s = best
     model = {"features": list(FEATURE_NAMES), "weights": [float(v) for v in wv], "bias": float(shift),
              "threshold": t, "l2": L2, "positives": int(y.sum()), "negatives": int(len(y) - y.sum())}
     return model, s
 
 
+FIG_KEYS = ("recall_at_10", "recall_at_20", "alarmed_share", "median_lead", "false_alarms_per_100_healthy_steps",
+            "healthy_warning_share", "nab_score", "collapsing", "early_collapses", "stable", "fault", "runs",
+            "false_alarm_episodes", "stable_runs_with_warning", "objective")
+
+
 def _fig(s: dict) -> dict:
-    keys = ("recall_at_10", "recall_at_20", "median_lead", "false_alarms_per_100_healthy_steps",
-            "healthy_warning_share", "nab_score", "collapsing", "early_collapses", "stable", "runs",
-            "false_alarm_episodes", "stable_runs_with_warning")
-    return {k: s.get(k) for k in keys}
+    return {k: s.get(k) for k in FIG_KEYS}
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("run", nargs="+")
-    p.add_argument("--stand-in-heldout", default="", help="names treated as held out when run.json has no split")
-    p.add_argument("--apply", action="store_true",
-                   help="make the chosen RiskConfig the default even for a stand-in split (a split read from "
-                        "run.json always applies)")
-    p.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "arldiag" / "detectors"
-                                         / "calibrated.json"))
-    args = p.parse_args(argv)
+def choose_default(held_rules: dict, held_learned: dict) -> str:
+    """The model with the higher held-out J; ties go to the rules (simpler, explains itself by detector)."""
+    return "learned" if held_learned["objective"] > held_rules["objective"] + 1e-12 else "rules"
+
+
+def load_runs(run, stand_in, cache: Path | None) -> tuple[list[dict], bool]:
+    """Replay every run that has a split (or a stand-in one); ``cache``: reuse a pickle of the same runs."""
     from arldiag.commands.eval_detect import split_of
-    from arldiag.store.reader import open_run
 
-    run = open_run(args.run if len(args.run) > 1 else args.run[0])
-    stand_in = [n for n in args.stand_in_heldout.split(",") if n]
-    unknown = set(stand_in) - set(run.names)
-    if unknown:
-        raise SystemExit(f"--stand-in-heldout: no run named {', '.join(sorted(unknown))}")
-    runs, used_stand_in = [], False
+    split, used_stand_in = {}, False
     for name in run.names:
         sp = split_of(run, name)
         if sp is None and stand_in:
@@ -208,33 +270,108 @@ def main(argv=None) -> int:
         if sp not in ("dev", "heldout"):
             print(f"skipping {name}: no split in run.json (use --stand-in-heldout)", file=sys.stderr)
             continue
-        r = replay(run, name)
-        r["split"] = sp
-        runs.append(r)
+        split[name] = sp
+    runs = None
+    if cache is not None and cache.exists():
+        runs = pickle.loads(cache.read_bytes())
+        if sorted(r["name"] for r in runs) != sorted(split):
+            runs = None
+    if runs is None:
+        runs = []
+        for name in split:
+            print(f"replaying {name}", file=sys.stderr)
+            runs.append(replay(run, name))
+        if cache is not None:
+            cache.write_bytes(pickle.dumps(runs))
+    for r in runs:
+        r["split"] = split[r["name"]]
+    return runs, used_stand_in
+
+
+def calibrate(runs, used_stand_in: bool = False, stand_in=(), apply: bool = False) -> dict:
+    """Fit on the dev runs, score the held-out runs once; the content of calibrated.json (plus per-run rows)."""
     dev = [r for r in runs if r["split"] == "dev"]
     held = [r for r in runs if r["split"] == "heldout"]
     if not dev:
         raise SystemExit("no dev runs to fit on")
     chosen, dev_rules = fit_rules(dev)
-    default_dev = score_states(dev, rule_states(dev, risk_config(2, 0.5, 3)))
+    fit_dev = [r for r in dev if not r["faults"]]
+    previous = score_states(fit_dev, rule_states(fit_dev, risk_config(**PREVIOUS)))
     model, dev_learned = fit_learned(dev)
+    rc = risk_config(**chosen)
+    wv, bias = np.asarray(model["weights"]), model["bias"]
     out = {"split_source": ("STAND-IN: run.json has no split; held out by name: " + ", ".join(stand_in))
            if used_stand_in else "run.json", "dev_runs": [r["name"] for r in dev],
-           "heldout_runs": [r["name"] for r in held], "apply": bool(args.apply or not used_stand_in),
-           "objective": "NAB score / 100 - 5 x healthy warning share",
-           "risk": {"enter_steps": chosen["enter_steps"], "enter": [0.25, chosen["warning"],
-                                                                    max(0.8, chosen["warning"])],
-                    "exit_steps": chosen["exit_steps"]},
-           "fit": {"dev_rules_chosen": _fig(dev_rules), "dev_rules_previous_default": _fig(default_dev),
-                   "dev_learned": _fig(dev_learned)},
+           "heldout_runs": [r["name"] for r in held], "apply": bool(apply or not used_stand_in),
+           "objective": "J = R10 + R0 - F - 5 H (benchmarks/calibrate.py)",
+           "risk": {"enter_steps": chosen["enter_steps"], "enter": list(rc.enter), "exit_steps": chosen["exit_steps"],
+                    "demote": chosen["demote"]},
+           "fit": {"dev_fit_runs": len(fit_dev), "grid_points": math.prod(len(v) for v in GRID.values()),
+                   "demote_cost": DEMOTE_COST, "dev_rules_chosen": _fig(dev_rules),
+                   "dev_rules_previous_default": _fig(previous), "dev_learned": _fig(dev_learned)},
            "learned": model}
-    # the held-out runs, scored once with what was chosen on dev
-    if held:
-        out["heldout"] = {
-            "rules": _fig(score_states(held, rule_states(held, risk_config(chosen["enter_steps"], chosen["warning"],
-                                                                           chosen["exit_steps"])))),
-            "learned": _fig(score_states(held, learned_states(held, np.asarray(model["weights"]),
-                                                              model["bias"])))}
+    # every run (dev and held out) under both models, scored per split; fault runs stay in the reported figures
+    states = {"rules": rule_states(runs, rc), "learned": learned_states(runs, wv, bias),
+              "previous": rule_states(runs, risk_config(**PREVIOUS))}
+    rows = {m: score_rows(runs, st) for m, st in states.items()}
+    for sp in ("dev", "heldout"):
+        out[sp] = {m: _fig(summarize_rows([x for x, r in zip(rows[m], runs) if r["split"] == sp]))
+                   for m in rows} if any(r["split"] == sp for r in runs) else None
+    # the held-out runs were scored once, above, with what was chosen on dev; the better model ships
+    out["default_model"] = choose_default(out["heldout"]["rules"], out["heldout"]["learned"]) if held else "rules"
+    out["_rows"] = rows
+    out["_states"] = states
+    return out
+
+
+def peer(runs, states: list[list[str]], hold: int = 10) -> dict:
+    """rlwatch 0.5.1 (defaults) beside arldiag's shipped model, per split, on the same runs and labels."""
+    from peer_rlwatch import rlwatch_timeline
+
+    rl_states = [[st for _, _, st, _ in rlwatch_timeline(r["frame"], hold)] for r in runs]
+    ours, theirs = score_rows(runs, states), score_rows(runs, rl_states)
+    out = {"hold": hold}
+    for sp in ("dev", "heldout"):
+        idx = [i for i, r in enumerate(runs) if r["split"] == sp]
+        out[sp] = {"arldiag": _fig(summarize_rows([ours[i] for i in idx])),
+                   "rlwatch": _fig(summarize_rows([theirs[i] for i in idx]))}
+    out["_rows"] = {"arldiag": ours, "rlwatch": theirs}
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("run", nargs="+", help="a suite folder (or runs / roots of runs / globs)")
+    p.add_argument("--stand-in-heldout", default="", help="names treated as held out when run.json has no split")
+    p.add_argument("--apply", action="store_true",
+                   help="make the chosen settings the default even for a stand-in split (a split read from "
+                        "run.json always applies)")
+    p.add_argument("--out", default=str(ROOT / "arldiag" / "detectors" / "calibrated.json"))
+    p.add_argument("--write", action="store_true",
+                   help="also score rlwatch on the same runs and regenerate the sections of docs/detectors.md and "
+                        "README.md")
+    p.add_argument("--docs", default=str(ROOT / "docs" / "detectors.md"))
+    p.add_argument("--readme", default=str(ROOT / "README.md"))
+    p.add_argument("--replay-cache", default=None, help="pickle of the replays, reused when it holds the same runs")
+    args = p.parse_args(argv)
+    from arldiag.store.reader import open_run
+
+    run = open_run(args.run if len(args.run) > 1 else args.run[0])
+    stand_in = [n for n in args.stand_in_heldout.split(",") if n]
+    unknown = set(stand_in) - set(run.names)
+    if unknown:
+        raise SystemExit(f"--stand-in-heldout: no run named {', '.join(sorted(unknown))}")
+    runs, used_stand_in = load_runs(run, stand_in, Path(args.replay_cache) if args.replay_cache else None)
+    out = calibrate(runs, used_stand_in, stand_in, args.apply)
+    rows, states = out.pop("_rows"), out.pop("_states")
+    if args.write:
+        import detection_results as dr
+
+        pr = peer(runs, states[out["default_model"]])
+        out["peer_rlwatch"] = {k: v for k, v in pr.items() if k != "_rows"}
+        source = " ".join(str(a) for a in args.run)
+        dr.write_between(Path(args.docs), "detection-results", dr.docs_section(out, runs, pr, source))
+        dr.write_between(Path(args.readme), "detection-headline", dr.readme_headline(out, source))
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k != "learned"}, indent=1))
     return 0

@@ -4,6 +4,9 @@
     pip install "arldiag[peer]"        # rlwatch==0.5.1
     python benchmarks/peer_rlwatch.py sample_runs [--split dev|heldout] [--hold 10] [--json]
 
+(`benchmarks/calibrate.py SUITE --write` runs the same comparison per split and writes the table into
+docs/detectors.md.)
+
 Each run's `steps` view is fed, step by step, to rlwatch's detector suite (`rlwatch.detectors.DetectorSuite`) and
 alert manager (`rlwatch.alerts.AlertManager`, whose 100-step cooldown decides which alerts are sent), both built
 from `rlwatch.config.RLWatchConfig()` defaults. Mapping (rlwatch `log_step` argument <- arldiag step metric):
@@ -29,16 +32,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 MAPPING = {"entropy": "entropy", "kl_divergence": "kl_ref_k3", "reward_mean": "reward_mean",
            "reward_std": "reward_std", "advantage_std": "adv_std", "loss": "loss", "grad_norm": "grad_norm"}
-FIGURES = (("recall_at_10", "recall@10", "pct"), ("recall_at_20", "recall@20", "pct"),
-           ("median_lead", "median lead (steps)", "num"),
-           ("false_alarms_per_100_healthy_steps", "false-alarm episodes / 100 healthy steps", "num"),
-           ("healthy_warning_share", "healthy steps in warning", "pct"), ("nab_score", "NAB score", "num"),
-           ("stable_runs_with_warning", "stable runs with a false alarm", "int"))
-
-
 def _value(v):
     try:
         v = float(v)
@@ -91,20 +88,10 @@ def compare(run, split: str | None = None, hold: int = 10, names=None) -> dict:
             "runs": {"arldiag": ours["runs"], "rlwatch": rows}}
 
 
-def _fmt(v, kind):
-    if v is None:
-        return "-"
-    return f"{100 * v:.0f} %" if kind == "pct" else (f"{v:.2f}" if kind == "num" else str(v))
-
-
 def table(res: dict) -> str:
-    lines = ["| figure | arldiag | rlwatch 0.5.1 (defaults) |", "|---|---|---|"]
-    for key, label, kind in FIGURES:
-        lines.append(f"| {label} | {_fmt(res['arldiag'].get(key), kind)} | {_fmt(res['rlwatch'].get(key), kind)} |")
-    a = res["arldiag"]
-    lines.append(f"| runs (collapsing / early / stable / fault) | {a['runs']} ({a['collapsing']} / "
-                 f"{a['early_collapses']} / {a['stable']} / {a['fault']}) | same |")
-    return "\n".join(lines)
+    from detection_results import figures_table
+
+    return figures_table([("arldiag", res["arldiag"]), ("rlwatch 0.5.1 (defaults)", res["rlwatch"])])
 
 
 def main(argv=None) -> int:

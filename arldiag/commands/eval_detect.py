@@ -32,8 +32,9 @@ def add_arguments(p) -> None:
     p.add_argument("--check", action="store_true", help="exit with code 1 unless every run passes")
     p.add_argument("--window", type=int, default=40, help="NAB window: steps before the collapse that score")
     p.add_argument("--split", choices=SPLITS, help="only the runs whose run.json names this split")
-    p.add_argument("--risk", choices=("rules", "learned"), default="rules",
-                   help="alert state from the rule-based risk (default) or the learned risk score")
+    p.add_argument("--risk", choices=("rules", "learned"), default=None,
+                   help="alert state from the rule-based risk or the learned risk score (default: the model "
+                        "calibrated.json ships, benchmarks/calibrate.py)")
     p.add_argument("--precursors", type=int, default=0, metavar="K",
                    help="for each collapsing run, also list the K step metrics that moved most in the window from "
                         "20 to 10 steps before the collapse (z against the 40 steps before that)")
@@ -93,15 +94,17 @@ def score_evaluation(name: str, timeline, collapse, dips, faults: dict, tracks, 
 
 
 def evaluate(run, min_lead: int = 10, alarm_gap: int = 20, precursors: int = 0, split: str | None = None,
-             window: int = 40, risk: str = "rules", names=None) -> dict:
+             window: int = 40, risk: str | None = None, names=None) -> dict:
     """Score the runs (``names``: a subset of run.names, else those of ``split``, else all)."""
     from arldiag.detectors import evaluate_run, events_of
     from arldiag.detectors.precursors import precursor_scan
+    from arldiag.detectors.risk import calibrated_model
 
     cfg = ScoreConfig(min_lead=min_lead, alarm_gap=alarm_gap, window=window)
+    risk = calibrated_model() if risk is None else risk
     rows = []
     for name in (list(names) if names is not None else select_split(run, split)):
-        re = evaluate_run(run, name) if risk == "rules" else evaluate_run(run, name, risk_model=risk)
+        re = evaluate_run(run, name, risk_model=risk)
         c, dips = events_of(re.frame)
         r = score_evaluation(name, re.timeline, c, dips, injected_faults(run, name), re.evaluator.tracks, cfg)
         r["split"] = split_of(run, name)

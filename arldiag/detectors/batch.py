@@ -51,7 +51,7 @@ class RunEvaluation:
 
 
 def evaluate_run(run, name: str, names=None, risk: RiskConfig | None = None,
-                 risk_model: str = "rules") -> RunEvaluation:
+                 risk_model: str | None = None) -> RunEvaluation:
     # A user metric named like a derived one already fills it in the steps view where arldiag recorded nothing,
     # exactly as the Collector does online, so both evaluators see the same series.
     df = steps_frame(run, name)

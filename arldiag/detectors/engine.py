@@ -17,7 +17,8 @@ from arldiag.detectors.advice import advise
 from arldiag.detectors.base import LEVELS, Detector, Signal
 from arldiag.detectors.context import OUTCOME_COLUMNS, OutcomeTracker
 from arldiag.detectors.registry import resolve
-from arldiag.detectors.risk import AlertState, RiskConfig, calibrated_risk, combine_risk
+from arldiag.detectors.risk import (AlertState, RiskConfig, calibrated_model, calibrated_risk, combine_risk,
+                                    detector_levels)
 from arldiag.detectors.window import Window
 from arldiag.findings import Finding
 
@@ -63,7 +64,8 @@ class StepResult:
 
 class Evaluator:
     def __init__(self, detectors=None, risk: RiskConfig | None = None, window_size: int = WINDOW_SIZE,
-                 config: Mapping | None = None, risk_model: str = "rules") -> None:
+                 config: Mapping | None = None, risk_model: str | None = None) -> None:
+        risk_model = calibrated_model() if risk_model is None else risk_model  # None: the calibrated default
         if risk_model not in RISK_MODELS:
             raise ValueError(f"risk_model must be one of {', '.join(RISK_MODELS)}, got {risk_model!r}")
         self.detectors: list[Detector] = resolve(detectors)
@@ -79,7 +81,10 @@ class Evaluator:
             self.window = Window(dict.fromkeys(list(cols) + list(FEATURE_METRICS)), window_size)
         self.states: dict[str, dict] = {d.name: {} for d in self.detectors}
         self.tracks: dict[str, Track] = {d.name: Track() for d in self.detectors}
-        self.risk_cfg = risk or calibrated_risk()  # the defaults fitted on dev runs (benchmarks/calibrate.py)
+        # the rule-based defaults fitted on dev runs (benchmarks/calibrate.py); the learned score's alarm threshold is
+        # folded into its bias so that it maps to the class defaults' warning threshold
+        self.risk_model = risk_model
+        self.risk_cfg = risk or (calibrated_risk() if self.learned is None else RiskConfig())
         self.alert = AlertState(self.risk_cfg)
         self.last_step: int | None = None
         self.n_steps = 0
@@ -113,7 +118,8 @@ class Evaluator:
             if sig.level > tr.max_level:
                 tr.max_level, tr.peak_step, tr.peak_signal = sig.level, step, sig
                 escalated.append(d.name)
-        risk = (combine_risk((s.level for s in signals.values()), self.risk_cfg) if self.learned is None
+        risk = (combine_risk(detector_levels({n: s.level for n, s in signals.items()}, self.risk_cfg), self.risk_cfg)
+                if self.learned is None
                 else self.learned.update(self.window))
         prev = self.alert.state
         self.alert.update(risk)

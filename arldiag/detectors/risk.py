@@ -26,8 +26,11 @@ class RiskConfig:
     exit_margin: float = 0.1
     exit_steps: int = 3
     # 2: on the 13 sample runs of seeds 0 and 1, 11 -> 8 false-alarm episodes, leads 0-1 step shorter
-    # (docs/detectors.md "Results on the sample runs")
+    # (docs/detectors.md "Results on the first sample runs")
     enter_steps: int = 2
+    # detectors whose level counts one lower in the risk (a warning of theirs alone is only "watch"; with a second
+    # signal it still warns): the false-alarm sources on the dev runs, chosen by benchmarks/calibrate.py
+    demote: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if list(self.enter) != sorted(self.enter) or not all(0 < t <= 1 for t in self.enter):
@@ -54,6 +57,22 @@ def calibrated_risk(path: Path = CALIBRATED) -> RiskConfig:
     fields = (data.get("risk") or {}) if data.get("apply") is True else {}
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
     return RiskConfig(**fields)
+
+
+def calibrated_model(path: Path = CALIBRATED) -> str:
+    """The default risk model: ``default_model`` of calibrated.json ("rules" or "learned", the one that scored better
+    on the held-out runs) when the file says ``"apply": true``; "rules" otherwise."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return "rules"
+    m = data.get("default_model", "rules") if data.get("apply") is True else "rules"
+    return m if m in ("rules", "learned") else "rules"
+
+
+def detector_levels(signals: Mapping[str, int], cfg: RiskConfig = RiskConfig()) -> list[int]:
+    """The levels that enter the risk: a demoted detector's level counts one lower."""
+    return [max(0, int(lv) - 1) if name in cfg.demote else int(lv) for name, lv in signals.items()]
 
 
 def combine_risk(levels: Iterable[int], cfg: RiskConfig = RiskConfig()) -> float:
@@ -104,6 +123,6 @@ def risk_series(levels_per_step: Iterable[Mapping[str, int]], cfg: RiskConfig = 
     st = AlertState(cfg)
     out = []
     for lv in levels_per_step:
-        r = combine_risk(lv.values(), cfg)
+        r = combine_risk(detector_levels(lv, cfg), cfg)
         out.append((r, LEVELS[st.update(r)]))
     return out

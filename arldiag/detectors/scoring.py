@@ -104,9 +104,10 @@ def score_run(steps: Sequence[int], states: Sequence[str], collapse: int | None,
     healthy = [s for s in steps if not in_dip(s) and (c is None or s < c - cfg.window)]
     hset = set(healthy)
     last = steps[-1] + 1 if steps else 0  # steps missing from the series are not counted (hset)
-    # the episode that leads into the collapse is a true alarm, however early it started
-    warn_healthy = sum(1 for a, b in eps if (a, b) != lead_ep for s in range(a, last if b is None else b)
-                       if s in hset)
+    # the episode that leads into the collapse is a true alarm, however early it started; a planted fault's
+    # episodes are wanted warnings, not healthy steps in warning
+    warn_healthy = sum(1 for a, b in eps if (a, b) != lead_ep and (a, b) not in planted
+                       for s in range(a, last if b is None else b) if s in hset)
     warn_all = sum(1 for st in states if st in ALARM)
     nab = 0.0
     if c is not None:

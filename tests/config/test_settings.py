@@ -7,7 +7,7 @@ import pytest
 
 from arldiag.cli import main as cli
 from arldiag.detectors.registry import REGISTRY
-from arldiag.detectors.risk import RiskConfig
+from arldiag.detectors.risk import RiskConfig, calibrated_risk
 from arldiag.settings import PARAM_MEANINGS, env_name, load
 
 
@@ -23,7 +23,7 @@ def test_init_writes_every_default_with_its_meaning(tmp_path, capsys):
             got = s.values["detectors"][name][k]
             assert (list(v) if isinstance(v, tuple) else v) == got, (name, k)
     for fld in dataclasses.fields(RiskConfig):
-        want = getattr(RiskConfig(), fld.name)
+        want = getattr(calibrated_risk(), fld.name)  # the shipped (calibrated) defaults
         assert s.values["risk"][fld.name] == (list(want) if isinstance(want, tuple) else want)
     from arldiag.collectors.collector import Collector
 

@@ -69,3 +69,97 @@ def test_learned_risk_batch_equals_online(synth_runs):
     assert 0 <= min(r.risk for r in online) and max(r.risk for r in online) <= 1
     with pytest.raises(ValueError, match="risk_model"):
         Evaluator(risk_model="magic")
+
+
+# --- calibration v2: demotion, objective, default model, replay == Evaluator ---------------------------------------
+
+def _synthetic_runs():
+    """Two stable runs where a 'noisy' detector warns for 5 steps, one run collapsing at step 45 that a 'good'
+    detector warns from step 30 (lead 15) and 'noisy' warns early (10-14, build-up before the window)."""
+    def levels(n, spans):
+        return [{d: 2 for d, (a, b) in spans if a <= s <= b} for s in range(n)]
+
+    def run(name, spans, collapse):
+        return {"name": name, "split": "dev", "steps": list(range(60)), "levels": levels(60, spans),
+                "tops": [None] * 60, "collapse": collapse, "dips": [], "faults": {}, "X": np.zeros((60, 2))}
+
+    return [run("a", [("noisy", (20, 24))], None), run("b", [("noisy", (40, 44))], None),
+            run("c", [("noisy", (10, 14)), ("good", (30, 59))], 45)]
+
+
+def test_fit_rules_demotes_the_false_alarm_source_deterministically():
+    runs = _synthetic_runs()
+    chosen, s = calibrate.fit_rules(runs)
+    assert calibrate.fit_rules(runs) == (chosen, s)  # same input, same choice
+    # 'noisy' alone caused both stable runs' false alarms; demoted, its warning-level counts as watch (0.22 < 0.25).
+    # 'good' (one warning-level detector, risk 0.55) must keep warning: threshold 0.5, not 0.6/0.75
+    assert chosen["demote"] == ["noisy"] and chosen["warning"] == 0.5
+    assert chosen["enter_steps"] == 1 and chosen["exit_steps"] == 3  # ties go to the fewest steps
+    assert (s["false_alarm_episodes"], s["stable_runs_with_warning"], s["healthy_warning_share"]) == (0, 0, 0.0)
+    assert (s["recall_at_10"], s["alarmed_share"], s["median_lead"]) == (1.0, 1.0, 15)
+    assert s["objective"] == pytest.approx(2.0)  # J = R10 + R0 - F - 5H = 1 + 1 - 0 - 0
+
+
+def test_objective_hand_worked():
+    s = {"recall_at_10": 0.5, "alarmed_share": 1.0, "stable_runs_with_warning": 1, "stable": 4,
+         "healthy_warning_share": 0.02}
+    assert calibrate.objective(s) == pytest.approx(0.5 + 1.0 - 0.25 - 0.1)
+    # no collapse: false alarms alone
+    s = {"recall_at_10": None, "alarmed_share": None, "stable_runs_with_warning": 0, "stable": 3,
+         "healthy_warning_share": 0.0}
+    assert calibrate.objective(s) == 0.0
+
+
+def test_fit_learned_is_deterministic_and_thresholded_on_dev():
+    rng = np.random.default_rng(1)
+    runs = _synthetic_runs()
+    for r in runs:
+        r["X"] = rng.normal(size=(60, len(FEATURE_NAMES)))
+    runs[2]["X"][15:46, 0] += 4.0  # the 30 steps up to the collapse stand out on one feature
+    m1, s1 = calibrate.fit_learned(runs)
+    m2, s2 = calibrate.fit_learned(runs)
+    assert m1 == m2 and s1 == s2
+    assert m1["threshold"] in calibrate.THRESHOLDS and (m1["positives"], m1["negatives"]) == (31, 125)
+    assert m1["weights"][0] == max(m1["weights"])
+
+
+def test_demoted_detector_counts_one_level_lower():
+    from arldiag.detectors.risk import combine_risk, detector_levels, risk_series
+
+    rc = RiskConfig(demote=("kl_ref_drift",))
+    assert detector_levels({"kl_ref_drift": 3, "ppo_kl_spike": 2, "entropy_collapse": 1}, rc) == [2, 2, 1]
+    assert detector_levels({"kl_ref_drift": 1}, rc) == [0]
+    # alone at warning: 0.22, below watch (0.25); with a second warning-level signal 1 - 0.78 * 0.45 = 0.649:
+    # warning once held for enter_steps = 2 steps
+    assert combine_risk(detector_levels({"kl_ref_drift": 2}, rc), rc) == pytest.approx(0.22)
+    assert [st for _, st in risk_series([{"kl_ref_drift": 2, "ppo_kl_spike": 2}] * 2, rc)] == ["ok", "warning"]
+    assert [st for _, st in risk_series([{"kl_ref_drift": 2}] * 4, rc)] == ["ok"] * 4
+    assert [st for _, st in risk_series([{"kl_ref_drift": 2}] * 4, RiskConfig())] == ["ok", "warning", "warning",
+                                                                                      "warning"]
+
+
+def test_calibrated_model_default(tmp_path):
+    from arldiag.detectors.risk import calibrated_model
+
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"apply": True, "default_model": "learned"}))
+    assert calibrated_model(f) == "learned"
+    f.write_text(json.dumps({"apply": False, "default_model": "learned"}))
+    assert calibrated_model(f) == "rules"
+    assert calibrated_model(tmp_path / "missing.json") == "rules"
+    rules = {"objective": 0.5}
+    assert calibrate.choose_default(rules, {"objective": 0.5}) == "rules"  # a tie keeps the simpler model
+    assert calibrate.choose_default(rules, {"objective": 0.6}) == "learned"
+
+
+def test_replay_states_equal_the_evaluator(synth_runs):
+    """What calibrate scores (replayed levels + rule_states) is what the Evaluator does with that RiskConfig."""
+    import arldiag
+    from arldiag.detectors import evaluate_run
+
+    run = arldiag.open_run(str(synth_runs["collapse"][0]))
+    name = run.names[0]
+    r = calibrate.replay(run, name)
+    for rc in (RiskConfig(), calibrate.risk_config(1, 0.75, 5, demote=("kl_ref_drift", "entropy_collapse"))):
+        re = evaluate_run(run, name, risk=rc)
+        assert [st for _, _, st, _ in re.timeline] == calibrate.rule_states([r], rc)[0]

@@ -5,10 +5,11 @@ import pytest
 from _detect_cases import FIRE_AT, FIRING, healthy, nan_cols
 
 from arldiag.detectors import REGISTRY, Evaluator
+from arldiag.detectors.risk import RiskConfig
 
 
 def run_rows(detectors, rows):
-    ev = Evaluator(detectors)
+    ev = Evaluator(detectors, risk=RiskConfig())  # the class defaults, worked by hand below
     results = [ev.update(r["step"], r) for r in rows]
     return ev, results
 

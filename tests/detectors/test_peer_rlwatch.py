@@ -29,4 +29,4 @@ def test_compare_scores_both_tools_on_the_same_runs(synth_runs):
     assert [r["run"] for r in res["runs"]["arldiag"]] == [r["run"] for r in res["runs"]["rlwatch"]]
     a, b = res["runs"]["arldiag"][0], res["runs"]["rlwatch"][0]
     assert a["collapse_step"] == b["collapse_step"] is not None  # the same label for both tools
-    assert "| recall@10 |" in peer_rlwatch.table(res)
+    assert "| recall@10 (warned >= 10 steps ahead) |" in peer_rlwatch.table(res)

@@ -68,6 +68,8 @@ def test_fault_runs_planted_episodes_are_not_false():
     tops = {3: "mismatch_drift", 10: "kl_ref_drift"}
     r = score_run(steps, states, None, tops=tops, faults=("mismatch_drift",), cfg=CFG)
     assert (r["kind"], r["planted_episodes"], r["false_alarms"]) == ("fault", 1, 1)
+    # the planted episode (steps 3-4) is a wanted warning; only the false one (10-11) counts as healthy in warning
+    assert (r["healthy_steps"], r["healthy_steps_in_warning"]) == (20, 2)
 
 
 def test_summary_figures():
