@@ -194,6 +194,7 @@ class Run:
     def _list(self, path, table: str) -> list[str]:
         if self.fs is not None:
             proto = str(path).split("://", 1)[0] + "://" if "://" in str(path) else ""
+            self.fs.invalidate_cache(f"{path}/{table}")  # s3fs caches listings: refresh() must see new parts
             try:
                 return sorted(proto + p.lstrip("/") if proto else p
                               for p in self.fs.glob(f"{path}/{table}/*.parquet"))

@@ -95,9 +95,7 @@ def test_unwritable_directory_warns_once_and_training_continues(tmp_path):
 
 
 def test_full_disk_warns_once_then_recovers(tmp_path, monkeypatch):
-    import arldiag.store.writer as w
-
-    real = w.pq.write_table
+    real = pq.write_table
     state = {"fail": True, "calls": 0}
 
     def flaky(*a, **k):
@@ -106,7 +104,7 @@ def test_full_disk_warns_once_then_recovers(tmp_path, monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(*a, **k)
 
-    monkeypatch.setattr(w.pq, "write_table", flaky)
+    monkeypatch.setattr(pq, "write_table", flaky)
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
         col = arldiag.Collector(tmp_path / "r", flush_every=1)
@@ -126,12 +124,10 @@ def test_full_disk_warns_once_then_recovers(tmp_path, monkeypatch):
 
 
 def test_strict_mode_raises_write_errors(tmp_path, monkeypatch):
-    import arldiag.store.writer as w
-
     def boom(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(w.pq, "write_table", boom)
+    monkeypatch.setattr(pq, "write_table", boom)
     col = arldiag.Collector(tmp_path / "r", flush_every=1, strict=True)
     col.record_update(0, **_batch())
     with pytest.raises(RuntimeError, match="No space left"):
