@@ -209,15 +209,7 @@ class Run:
         return sorted(str(p) for p in d.iterdir() if p.name.endswith(".parquet") and p.name not in old)
 
     def _empty_select(self, table: str) -> str:
-        import pyarrow as pa
-
-        cols = []
-        for f in arrow_schema(table):
-            t = f.type
-            sqlt = ("BIGINT" if t == pa.int64() else "INTEGER" if t in (pa.int32(),) else "SMALLINT"
-                    if t == pa.int16() else "FLOAT" if t == pa.float32() else "DOUBLE" if t == pa.float64()
-                    else "BOOLEAN" if t == pa.bool_() else "TIMESTAMPTZ" if pa.types.is_timestamp(t) else "VARCHAR")
-            cols.append(f'CAST(NULL AS {sqlt}) AS "{f.name}"')
+        cols = [f'CAST(NULL AS {_sql_type(f.type)}) AS "{f.name}"' for f in arrow_schema(table)]
         return f"SELECT {', '.join(cols)} WHERE false"
 
     def _create_view(self, view: str, table: str) -> None:
@@ -226,11 +218,19 @@ class Run:
             files = self._files[name][table]
             lit = "'" + name.replace("'", "''") + "'"
             if files:
-                flist = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
-                parts.append(f"SELECT {lit} AS run, * FROM read_parquet({flist}, union_by_name = true)")
+                src = f"read_parquet([{', '.join(_lit(f) for f in files)}], union_by_name = true)"
+                parts.append(f"SELECT {lit} AS run, *{self._missing_columns(src, table)} FROM {src}")
             else:
                 parts.append(f"SELECT {lit} AS run, * FROM ({self._empty_select(table)})")
         self.con.execute(f"CREATE OR REPLACE VIEW {view} AS " + " UNION ALL BY NAME ".join(parts))
+
+    def _missing_columns(self, src: str, table: str) -> str:
+        """Schema migration on read: a column of the current schema that a run's parts lack (the run was written
+        before the column existed, schema.MIGRATIONS) is read as a typed NULL, so every view has the same columns
+        whichever writer version wrote each run, and the derived step metrics of a missing aggregate are NULL."""
+        present = {r[0] for r in self.con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+        return "".join(f', CAST(NULL AS {_sql_type(f.type)}) AS "{f.name}"' for f in arrow_schema(table)
+                       if f.name not in present)
 
     def _create_steps_view(self) -> None:
         raw_cols = [r[0] for r in self.con.sql("DESCRIBE steps_raw").fetchall()]
@@ -253,6 +253,18 @@ class Run:
             "CREATE OR REPLACE VIEW steps AS WITH merged AS (SELECT run, step, max(time) AS time, "
             + ", ".join(agg_sql) + " FROM steps_raw GROUP BY run, step) SELECT run, step, time, "
             + ", ".join(derived + user_sql) + " FROM merged ORDER BY run, step")
+
+
+def _lit(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _sql_type(t) -> str:
+    import pyarrow as pa
+
+    return ("BIGINT" if t == pa.int64() else "INTEGER" if t == pa.int32() else "SMALLINT" if t == pa.int16()
+            else "FLOAT" if t == pa.float32() else "DOUBLE" if t == pa.float64() else "BOOLEAN" if t == pa.bool_()
+            else "TIMESTAMPTZ" if pa.types.is_timestamp(t) else "VARCHAR")
 
 
 def _unique_names(dirs: list, manifests: list[dict]) -> list[str]:
