@@ -148,7 +148,10 @@ class Run:
 
     def refresh(self, force: bool = False) -> bool:
         """Re-scan the parts on disk; re-create the views when files appeared. Returns True when changed."""
-        files = {name: {t: self._readable(t, self._list(path, t)) for t in TABLES}
+        # Tables are listed in the reverse of the writer's publication order (steps after tokens at each flush):
+        # a step row this scan sees was published after its token, sequence and group rows, which the later
+        # listings then see too, so a snapshot never holds a step without its rows.
+        files = {name: {t: self._readable(t, self._list(path, t)) for t in reversed(TABLES)}
                  for name, path in self.paths.items()}
         if not force and files == self._files:
             return False
