@@ -126,3 +126,26 @@ def test_unreachable_bucket_never_kills_training(s3):
         m = col.last_metrics
         col.close()
     assert np.isfinite(m["ppo_kl"])
+
+
+def test_detect_query_and_report_take_s3_urls(s3, tmp_path, capsys):
+    url = f"{s3}/team/run-q"
+    with arldiag.Collector(url) as col:
+        _feed(col, 5)
+    with arldiag.Collector(tmp_path / "run-q") as col:
+        _feed(col, 5)
+    assert cli(["query", url, "select count(*) as n, sum(n_tokens) as t from steps", "--format", "csv"]) == 0
+    n_tok = arldiag.open_run(tmp_path / "run-q").sql("select sum(n_tokens) from steps").fetchall()[0][0]
+    assert capsys.readouterr().out.splitlines() == ["n,t", f"5,{n_tok}"]
+    assert cli(["detect", url]) == 0
+    remote = capsys.readouterr().out
+    assert cli(["detect", str(tmp_path / "run-q")]) == 0
+    assert remote == capsys.readouterr().out  # the same findings as the same data on disk
+    import json
+
+    for src, out in ((url, tmp_path / "remote.json"), (str(tmp_path / "run-q"), tmp_path / "local.json")):
+        assert cli(["report", src, "-o", str(out), "--no-progress"]) == 0
+    remote, local = (json.loads((tmp_path / f).read_text()) for f in ("remote.json", "local.json"))
+    assert remote["path"] == url and remote["name"] == local["name"] == "run-q"
+    for k in ("verdict", "summary", "findings", "signals", "rows"):
+        assert remote[k] == local[k], k
