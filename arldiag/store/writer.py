@@ -145,7 +145,11 @@ class StoreWriter:
                 self._buf[table].append(payload)
                 self._buf_rows[table] += payload.num_rows
                 if self._buf_rows[table] >= PART_ROWS[table]:
-                    self._publish(table)
+                    # the tables before it too: parts go out in TABLES order (a step's rows before its step row),
+                    # which is what lets a reader that lists in reverse order see whole steps (store/reader.py)
+                    for t in TABLES[:TABLES.index(table) + 1]:
+                        if self._buf_rows[t]:
+                            self._publish(t)
             else:  # flush
                 for t in TABLES:
                     if self._buf_rows[t]:

@@ -295,3 +295,21 @@ def test_sigkill_at_random_points_of_a_multi_rank_run_loses_only_unflushed_tails
         steps = sorted(s for rk, s in raw if rk == r)
         assert steps == list(range(len(steps))), f"rank {r} lost a step in the middle (seed {seed})"
         assert len(steps) >= flushed[r] + 1, f"rank {r} lost flushed steps (seed {seed})"
+
+
+def test_a_full_steps_buffer_publishes_the_rows_of_its_steps_first(tmp_path, monkeypatch):
+    import arldiag.store.writer as w
+
+    monkeypatch.setitem(w.PART_ROWS, "steps", 2)  # the steps buffer fills long before the token buffer
+    col = arldiag.Collector(tmp_path / "r", flush_every=1000, flush_every_s=3600, token_sample_rate=1.0)
+    for step in range(2):
+        col.record_update(step, sample_ids=np.arange(4) + 4 * step, **_batch())
+        col.record_step(step)
+    col.record_update(2, sample_ids=np.arange(4) + 8, **_batch())  # finalises step 1: the steps part goes out
+    deadline = time.monotonic() + 30
+    while not list((tmp_path / "r" / "steps").glob("*.parquet")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    tok = sorted((tmp_path / "r" / "tokens").glob("*.parquet"))
+    assert tok, "a steps part was published before the token rows of its steps"
+    assert sorted(set(pq.read_table(tok).column("step").to_pylist())) == [0, 1]
+    col.close()
