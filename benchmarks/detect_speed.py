@@ -114,7 +114,7 @@ def time_detect_fresh(root: Path) -> tuple[float, float, int, int, float]:
     import subprocess
 
     out = subprocess.run([sys.executable, "-c", _CHILD, str(root)], capture_output=True, text=True, check=True)
-    dt, one, n, rows, rss = out.stdout.split()
+    dt, one, n, rows, rss = out.stdout.strip().splitlines()[-1].split()  # detectors may print notes before
     return float(dt), float(one), int(n), int(rows), float(rss)
 
 

@@ -26,7 +26,8 @@ from arldiag import __version__
 from arldiag.schema import (GROUPS, SCHEMA_VERSION, SEQUENCES, STEP_AGGS, TOKENS, TURNS,
                             USER_METRIC_PREFIX, arrow_schema, derive_step_metrics)
 from arldiag.stats import Bands, UpdateInputs, compute_update, splitmix_unit, top_share
-from arldiag.store.writer import StoreWriter, write_json_atomic
+from arldiag.store.location import StoreRoot, is_url
+from arldiag.store.writer import StoreWriter
 from arldiag.backends import is_torch
 from arldiag.collectors.convert import as_array, as_device_array, check_shape, row_counts
 
@@ -122,7 +123,8 @@ class Collector:
     """Record per-token, per-sequence, per-turn and per-step statistics of an RL run into ``root``.
 
     Args:
-        root: run directory (created). A directory that already holds a run is appended to (resume).
+        root: run directory (created), or an fsspec URL such as ``s3://bucket/team/run`` (docs/storage.md). A
+            directory that already holds a run is appended to (resume).
         config: trainer/algorithm config, stored in run.json.
         clip: (eps_low, eps_high) of the token band [1 - eps_low, 1 + eps_high] (verl clip_ratio_low/high).
         seq_clip: (eps_low, eps_high) of the sequence/turn band (GSPO/ATPO), default ``clip``.
@@ -161,7 +163,8 @@ class Collector:
             raise ValueError(f"flush_every_s must be > 0 seconds, got {flush_every_s}")
         seq_clip = tuple(clip) if seq_clip is None else tuple(seq_clip)
         dual_clip_c = resolve_dual_clip_c(dual_clip_c, config)
-        self.root = Path(root)
+        self._loc: StoreRoot | None = None
+        self.root = root if is_url(root) else Path(root)
         self.rank, self.world_size = int(rank), int(world_size)
         self.strict = strict
         self.flush_every = flush_every
@@ -188,7 +191,7 @@ class Collector:
         self.manifest = {
             "schema_version": SCHEMA_VERSION,
             "run_id": uuid.uuid4().hex,
-            "name": name or self.root.resolve().name,
+            "name": name or (str(root).rstrip("/").rsplit("/", 1)[-1] if is_url(root) else self.root.resolve().name),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
             "algorithm": algorithm,
             "config": dict(config or {}),
@@ -203,17 +206,15 @@ class Collector:
             "status": "running",
         }
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            existing = self.root / "run.json"
-            if existing.exists():  # resume: keep identity, refresh status
-                import json
-
-                old = json.loads(existing.read_text())
+            self._loc = StoreRoot(root)
+            self._loc.makedirs()
+            old = self._loc.read_json("run.json")
+            if old is not None:  # resume: keep identity, refresh status
                 self.manifest.update(run_id=old.get("run_id", self.manifest["run_id"]),
                                      created=old.get("created", self.manifest["created"]))
             if self.rank == 0:
-                write_json_atomic(existing, self.manifest)
-            self.writer = StoreWriter(self.root, self.rank, queue_size=queue_size, strict=strict)
+                self._loc.write_json("run.json", self.manifest)
+            self.writer = StoreWriter(self._loc, self.rank, queue_size=queue_size, strict=strict)
         except Exception as exc:  # noqa: BLE001
             if strict:
                 raise
@@ -356,7 +357,7 @@ class Collector:
                     self.manifest["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
                     if self.writer.dropped_rows:
                         self.manifest["dropped_rows"] = self.writer.dropped_rows
-                    self._guard("close", write_json_atomic, self.root / "run.json", self.manifest)
+                    self._guard("close", self._loc.write_json, "run.json", self.manifest)
         finally:
             close = getattr(self.monitor, "close", None)
             if close is not None:

@@ -10,11 +10,10 @@ silently to rebuild the detectors' bounded state, so no alert is raised twice.
 """
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
-from pathlib import Path
+
+from arldiag.store.location import join
 
 STATE_FILE = ".arldiag-watch.json"
 
@@ -45,10 +44,10 @@ class Watcher:
     def __init__(self, run, name: str, sinks, restart: bool = False, min_severity: str = "watch",
                  save_state: bool = True) -> None:
         from arldiag.monitor import Monitor
+        from arldiag.store.location import StoreRoot
 
         self.run, self.name = run, name
-        self.path = Path(str(run.paths[name]))
-        self.state_path = self.path / STATE_FILE
+        self.loc = StoreRoot(run.paths[name])  # a local folder or an s3:// prefix: the state file lives there
         self.monitor = Monitor(sinks=sinks, source="watch", run=name, min_severity=min_severity)
         self.save_state = save_state
         self.resume_step = None if restart else self._saved_step()
@@ -56,7 +55,7 @@ class Watcher:
 
     def _saved_step(self) -> int | None:
         try:
-            return int(json.loads(self.state_path.read_text())["last_step"])
+            return int(self.loc.read_json(STATE_FILE)["last_step"])
         except (OSError, ValueError, KeyError, TypeError):
             pass
         try:  # re-derive from the alerts this command wrote before
@@ -70,17 +69,15 @@ class Watcher:
         last = self.monitor.last_step
         if last is None or not self.save_state:
             return
-        tmp = self.state_path.with_name(STATE_FILE + ".tmp")
         try:
-            tmp.write_text(json.dumps({"last_step": last, "run": self.name, "time": time.time()}))
-            os.replace(tmp, self.state_path)
+            self.loc.write_json(STATE_FILE, {"last_step": last, "run": self.name, "time": time.time()})
         except OSError:
             pass  # read-only store: resume falls back to the alerts table
 
     def waiting_for(self) -> str:
         """What this watcher waits for, in words (printed while no new step arrives)."""
-        steps_dir = self.path / "steps"
-        if not steps_dir.is_dir() or not any(p.name.endswith(".parquet") for p in steps_dir.iterdir()):
+        steps_dir = join(str(self.loc), "steps")
+        if not any(n.endswith(".parquet") for n in self.loc.list_names("steps")):
             return (f"the first steps part in {steps_dir} (the collector publishes every flush_every steps or "
                     "flush_every_s seconds, whichever comes first)")
         last = self.monitor.last_step

@@ -148,7 +148,10 @@ class Run:
 
     def refresh(self, force: bool = False) -> bool:
         """Re-scan the parts on disk; re-create the views when files appeared. Returns True when changed."""
-        files = {name: {t: self._readable(t, self._list(path, t)) for t in TABLES}
+        # Tables are listed in the reverse of the writer's publication order (steps after tokens at each flush):
+        # a step row this scan sees was published after its token, sequence and group rows, which the later
+        # listings then see too, so a snapshot never holds a step without its rows.
+        files = {name: {t: self._readable(t, self._list(path, t)) for t in reversed(TABLES)}
                  for name, path in self.paths.items()}
         if not force and files == self._files:
             return False
@@ -194,6 +197,7 @@ class Run:
     def _list(self, path, table: str) -> list[str]:
         if self.fs is not None:
             proto = str(path).split("://", 1)[0] + "://" if "://" in str(path) else ""
+            self.fs.invalidate_cache(f"{path}/{table}")  # s3fs caches listings: refresh() must see new parts
             try:
                 return sorted(proto + p.lstrip("/") if proto else p
                               for p in self.fs.glob(f"{path}/{table}/*.parquet"))
@@ -208,15 +212,7 @@ class Run:
         return sorted(str(p) for p in d.iterdir() if p.name.endswith(".parquet") and p.name not in old)
 
     def _empty_select(self, table: str) -> str:
-        import pyarrow as pa
-
-        cols = []
-        for f in arrow_schema(table):
-            t = f.type
-            sqlt = ("BIGINT" if t == pa.int64() else "INTEGER" if t in (pa.int32(),) else "SMALLINT"
-                    if t == pa.int16() else "FLOAT" if t == pa.float32() else "DOUBLE" if t == pa.float64()
-                    else "BOOLEAN" if t == pa.bool_() else "TIMESTAMPTZ" if pa.types.is_timestamp(t) else "VARCHAR")
-            cols.append(f'CAST(NULL AS {sqlt}) AS "{f.name}"')
+        cols = [f'CAST(NULL AS {_sql_type(f.type)}) AS "{f.name}"' for f in arrow_schema(table)]
         return f"SELECT {', '.join(cols)} WHERE false"
 
     def _create_view(self, view: str, table: str) -> None:
@@ -225,11 +221,19 @@ class Run:
             files = self._files[name][table]
             lit = "'" + name.replace("'", "''") + "'"
             if files:
-                flist = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
-                parts.append(f"SELECT {lit} AS run, * FROM read_parquet({flist}, union_by_name = true)")
+                src = f"read_parquet([{', '.join(_lit(f) for f in files)}], union_by_name = true)"
+                parts.append(f"SELECT {lit} AS run, *{self._missing_columns(src, table)} FROM {src}")
             else:
                 parts.append(f"SELECT {lit} AS run, * FROM ({self._empty_select(table)})")
         self.con.execute(f"CREATE OR REPLACE VIEW {view} AS " + " UNION ALL BY NAME ".join(parts))
+
+    def _missing_columns(self, src: str, table: str) -> str:
+        """Schema migration on read: a column of the current schema that a run's parts lack (the run was written
+        before the column existed, schema.MIGRATIONS) is read as a typed NULL, so every view has the same columns
+        whichever writer version wrote each run, and the derived step metrics of a missing aggregate are NULL."""
+        present = {r[0] for r in self.con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+        return "".join(f', CAST(NULL AS {_sql_type(f.type)}) AS "{f.name}"' for f in arrow_schema(table)
+                       if f.name not in present)
 
     def _create_steps_view(self) -> None:
         raw_cols = [r[0] for r in self.con.sql("DESCRIBE steps_raw").fetchall()]
@@ -252,6 +256,18 @@ class Run:
             "CREATE OR REPLACE VIEW steps AS WITH merged AS (SELECT run, step, max(time) AS time, "
             + ", ".join(agg_sql) + " FROM steps_raw GROUP BY run, step) SELECT run, step, time, "
             + ", ".join(derived + user_sql) + " FROM merged ORDER BY run, step")
+
+
+def _lit(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _sql_type(t) -> str:
+    import pyarrow as pa
+
+    return ("BIGINT" if t == pa.int64() else "INTEGER" if t == pa.int32() else "SMALLINT" if t == pa.int16()
+            else "FLOAT" if t == pa.float32() else "DOUBLE" if t == pa.float64() else "BOOLEAN" if t == pa.bool_()
+            else "TIMESTAMPTZ" if pa.types.is_timestamp(t) else "VARCHAR")
 
 
 def _unique_names(dirs: list, manifests: list[dict]) -> list[str]:

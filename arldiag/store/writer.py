@@ -1,8 +1,8 @@
 """Background Parquet writer for the run store.
 
 One thread per Collector drains a bounded queue of Arrow tables, buffers them per table and publishes parts
-atomically: each part is written to ``<name>.parquet.tmp`` and renamed (``os.replace``), so a reader (DuckDB globs
-``*.parquet``) never sees a partial file, and a crash loses at most the rows not yet flushed. Each rank writes its
+atomically: each part is written to ``<name>.parquet.tmp`` and renamed (``os.replace``), or on object storage
+uploaded in one PUT (store/location.py), so a reader (DuckDB globs ``*.parquet``) never sees a partial file, and a crash loses at most the rows not yet flushed. Each rank writes its
 own files (``rank00003-part000017.parquet``): no coordination is needed to write.
 
 Write errors (unwritable directory, full disk) never reach the training loop: the writer warns once, keeps the
@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from arldiag.schema import TABLES
+from arldiag.store.location import StoreRoot
 
 log = logging.getLogger("arldiag")
 
@@ -67,17 +67,16 @@ def write_json_atomic(path: Path, obj: dict) -> None:
     os.replace(tmp, path)
 
 
-def next_part_numbers(root: Path, rank: int) -> dict[str, int]:
-    """Continue part numbering after what is already on disk (a resumed run appends, never overwrites)."""
+def next_part_numbers(root: "Path | StoreRoot", rank: int) -> dict[str, int]:
+    """Continue part numbering after what is already stored (a resumed run appends, never overwrites)."""
+    loc = root if isinstance(root, StoreRoot) else StoreRoot(root)
     out = {}
     for t in TABLES:
         n = 0
-        d = root / t
-        if d.is_dir():
-            for p in d.iterdir():
-                m = PART_RE.search(p.name)
-                if m and int(m.group(1)) == rank:
-                    n = max(n, int(m.group(2)))
+        for name in loc.list_names(t):
+            m = PART_RE.search(name)
+            if m and int(m.group(1)) == rank:
+                n = max(n, int(m.group(2)))
         out[t] = n + 1
     return out
 
@@ -86,8 +85,9 @@ class StoreWriter:
     """Thread-backed writer. ``put`` enqueues (blocks when the queue is full: back-pressure, never data loss);
     ``flush(wait=True)`` publishes everything buffered; ``close`` flushes and stops the thread."""
 
-    def __init__(self, root: Path, rank: int = 0, queue_size: int = 64, strict: bool = False):
-        self.root = Path(root)
+    def __init__(self, root: "str | Path | StoreRoot", rank: int = 0, queue_size: int = 64, strict: bool = False):
+        self.loc = root if isinstance(root, StoreRoot) else StoreRoot(root)
+        self.root = self.loc.url or Path(self.loc.path)
         self.rank = rank
         self.strict = strict
         self.error: BaseException | None = None       # pending error to raise (strict mode only)
@@ -96,7 +96,7 @@ class StoreWriter:
         self.written_rows: dict[str, int] = {t: 0 for t in TABLES}
         self.bytes_written = 0
         self._warned = False
-        self._parts = next_part_numbers(self.root, rank)
+        self._parts = next_part_numbers(self.loc, rank)
         self._buf: dict[str, list[pa.Table]] = {t: [] for t in TABLES}
         self._buf_rows: dict[str, int] = {t: 0 for t in TABLES}
         self._q: queue.Queue = queue.Queue(maxsize=queue_size)
@@ -145,7 +145,11 @@ class StoreWriter:
                 self._buf[table].append(payload)
                 self._buf_rows[table] += payload.num_rows
                 if self._buf_rows[table] >= PART_ROWS[table]:
-                    self._publish(table)
+                    # the tables before it too: parts go out in TABLES order (a step's rows before its step row),
+                    # which is what lets a reader that lists in reverse order see whole steps (store/reader.py)
+                    for t in TABLES[:TABLES.index(table) + 1]:
+                        if self._buf_rows[t]:
+                            self._publish(t)
             else:  # flush
                 for t in TABLES:
                     if self._buf_rows[t]:
@@ -157,21 +161,14 @@ class StoreWriter:
         parts = self._buf[table]
         try:
             data = pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
-            d = self.root / table
-            d.mkdir(parents=True, exist_ok=True)
-            final = d / f"rank{self.rank:05d}-part{self._parts[table]:06d}.parquet"
-            tmp = final.with_name(final.name + ".tmp")
-            pq.write_table(data, tmp, **parquet_options(table, data.schema))
-            os.replace(tmp, final)
+            size = self.loc.write_parquet(f"{table}/rank{self.rank:05d}-part{self._parts[table]:06d}.parquet",
+                                          data, **parquet_options(table, data.schema))
         except Exception as exc:  # noqa: BLE001 - the writer must never take the trainer down
             self._on_error(table, exc)
             return
         self._parts[table] += 1
         self.written_rows[table] += data.num_rows
-        try:
-            self.bytes_written += final.stat().st_size
-        except OSError:
-            pass
+        self.bytes_written += size
         self._buf[table] = []
         self._buf_rows[table] = 0
 

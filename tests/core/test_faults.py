@@ -95,9 +95,7 @@ def test_unwritable_directory_warns_once_and_training_continues(tmp_path):
 
 
 def test_full_disk_warns_once_then_recovers(tmp_path, monkeypatch):
-    import arldiag.store.writer as w
-
-    real = w.pq.write_table
+    real = pq.write_table
     state = {"fail": True, "calls": 0}
 
     def flaky(*a, **k):
@@ -106,7 +104,7 @@ def test_full_disk_warns_once_then_recovers(tmp_path, monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(*a, **k)
 
-    monkeypatch.setattr(w.pq, "write_table", flaky)
+    monkeypatch.setattr(pq, "write_table", flaky)
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
         col = arldiag.Collector(tmp_path / "r", flush_every=1)
@@ -126,12 +124,10 @@ def test_full_disk_warns_once_then_recovers(tmp_path, monkeypatch):
 
 
 def test_strict_mode_raises_write_errors(tmp_path, monkeypatch):
-    import arldiag.store.writer as w
-
     def boom(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(w.pq, "write_table", boom)
+    monkeypatch.setattr(pq, "write_table", boom)
     col = arldiag.Collector(tmp_path / "r", flush_every=1, strict=True)
     col.record_update(0, **_batch())
     with pytest.raises(RuntimeError, match="No space left"):
@@ -200,3 +196,120 @@ def test_sigkill_while_writing_leaves_a_readable_run(tmp_path):
     n_tok = run.sql("select count(*) from tokens").fetchall()[0][0]
     assert n_tok >= len(steps) * 256 * 64               # token parts are published before their step rows
     assert run.manifest["status"] == "running"
+
+
+RANK_WRITER = textwrap.dedent("""
+    import sys, numpy as np, arldiag
+    root, rank, world = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    rng = np.random.default_rng(rank)
+    col = arldiag.Collector(root, rank=rank, world_size=world, flush_every=3, flush_every_s=3600,
+                            token_sample_rate=1.0)
+    B, T = 32, 16
+    step = 0
+    while True:
+        lpo = rng.normal(-1, 0.5, (B, T)).astype(np.float32)
+        col.record_update(step, logp=lpo + 0.01, logp_old=lpo, advantages=rng.normal(size=B),
+                          response_mask=np.ones((B, T), bool), sample_ids=np.arange(B) + (step * world + rank) * B)
+        col.record_step(step, {"grad_norm": 1.0})
+        if step % 4 == 3:
+            col.flush()  # synchronous: everything up to here is published
+            print(step, flush=True)
+        step += 1
+""")
+B_RANK, T_RANK = 32, 16
+
+
+def _start_ranks(tmp_path, world):
+    script = tmp_path / "rank_writer.py"
+    script.write_text(RANK_WRITER)
+    run_dir = tmp_path / "run"
+    procs = [subprocess.Popen([sys.executable, str(script), str(run_dir), str(r), str(world)],
+                              stdout=subprocess.PIPE, text=True) for r in range(world)]
+    return run_dir, procs
+
+
+def _check_whole_steps(run, world):
+    """Every (rank, step) visible has all its rows: B*T token rows and B sequences; step rows come after them."""
+    per = run.sql("select rank, step, count(*) from tokens group by rank, step").fetchall()
+    assert all(n == B_RANK * T_RANK for _, _, n in per), "a step's token rows are visible only in part"
+    seqs = run.sql("select rank, step, count(*) from sequences group by rank, step").fetchall()
+    assert all(n == B_RANK for _, _, n in seqs)
+    with_tokens = {(r, s) for r, s, _ in per}
+    raw = run.sql("select rank, step from steps_raw").fetchall()
+    assert set(raw) <= with_tokens  # token parts are published before the step rows that count them
+    return raw
+
+
+def test_reader_while_ranks_append_never_fails_nor_sees_partial_rows(tmp_path):
+    world = 2
+    run_dir, procs = _start_ranks(tmp_path, world)
+    try:
+        for p in procs:  # wait for the first published steps (the manifest and parts exist)
+            assert p.stdout.readline(), "writer subprocess died"
+        run = arldiag.open_run(run_dir)
+        seen, changes = 0, 0
+        deadline = time.monotonic() + 60
+        while (seen < 40 or changes < 5) and time.monotonic() < deadline:
+            changes += run.refresh()
+            raw = _check_whole_steps(run, world)
+            n = run.sql("select count(*) from steps").fetchall()[0][0]
+            assert n >= seen  # a reader never goes backwards
+            seen = n
+            # the merged steps view counts exactly the token rows of the ranks it merged
+            tot = run.sql("select sum(n_tokens) from steps").fetchall()[0][0] or 0
+            assert tot == len(raw) * B_RANK * T_RANK
+        assert seen >= 40 and changes >= 5, "writers did not get going"
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_sigkill_at_random_points_of_a_multi_rank_run_loses_only_unflushed_tails(tmp_path):
+    world = 3
+    rng = np.random.default_rng(int(time.time()))  # random kill points; the seed is in the failure message
+    seed = int(rng.integers(1 << 30))
+    rng = np.random.default_rng(seed)
+    run_dir, procs = _start_ranks(tmp_path, world)
+    flushed = [-1] * world
+    targets = [int(rng.integers(3, 40)) for _ in range(world)]  # flushes to wait for before each rank's kill
+    try:
+        for r, p in enumerate(procs):
+            for _ in range(targets[r]):
+                line = p.stdout.readline()
+                if not line:
+                    break
+                flushed[r] = int(line)
+            time.sleep(float(rng.uniform(0, 0.3)))  # past the flush: somewhere inside the unflushed tail
+            os.kill(p.pid, signal.SIGKILL)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert min(flushed) >= 0, f"a writer did not get going (seed {seed})"
+    for f in run_dir.rglob("*.parquet"):
+        pq.read_metadata(f)  # every published part is a complete Parquet file
+    run = arldiag.open_run(run_dir)
+    raw = _check_whole_steps(run, world)
+    for r in range(world):
+        steps = sorted(s for rk, s in raw if rk == r)
+        assert steps == list(range(len(steps))), f"rank {r} lost a step in the middle (seed {seed})"
+        assert len(steps) >= flushed[r] + 1, f"rank {r} lost flushed steps (seed {seed})"
+
+
+def test_a_full_steps_buffer_publishes_the_rows_of_its_steps_first(tmp_path, monkeypatch):
+    import arldiag.store.writer as w
+
+    monkeypatch.setitem(w.PART_ROWS, "steps", 2)  # the steps buffer fills long before the token buffer
+    col = arldiag.Collector(tmp_path / "r", flush_every=1000, flush_every_s=3600, token_sample_rate=1.0)
+    for step in range(2):
+        col.record_update(step, sample_ids=np.arange(4) + 4 * step, **_batch())
+        col.record_step(step)
+    col.record_update(2, sample_ids=np.arange(4) + 8, **_batch())  # finalises step 1: the steps part goes out
+    deadline = time.monotonic() + 30
+    while not list((tmp_path / "r" / "steps").glob("*.parquet")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    tok = sorted((tmp_path / "r" / "tokens").glob("*.parquet"))
+    assert tok, "a steps part was published before the token rows of its steps"
+    assert sorted(set(pq.read_table(tok).column("step").to_pylist())) == [0, 1]
+    col.close()
