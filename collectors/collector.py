@@ -270,8 +270,10 @@ class Collector:
         """Record one policy update (PPO epoch x mini-batch) of ``step``. Tensors: padded [B, T] with the loss
         mask ``response_mask``; ``advantages`` [B] or [B, T]; ``turn_ids`` [B] or [B, T]. Returns this update's
         raw aggregates (handy for logging)."""
-        # torch input stays on its device: the statistics run there (arldiag/backends.py)
-        conv = as_device_array if is_torch(logp) else as_array
+        # accelerator tensors stay on their device: the statistics run there (arldiag/backends.py), no copy to the
+        # host; CPU tensors become numpy views (no copy), on which the same statistics cost 2-3x less CPU time than
+        # torch's per-op dispatch (benchmarks/integration_overhead.py)
+        conv = as_device_array if is_torch(logp) and logp.device.type != "cpu" else as_array
         mask = conv(response_mask, "response_mask", np.bool_)
         if mask.ndim != 2:
             raise ValueError(f"response_mask must be 2-D [B, T], got shape {mask.shape}")
