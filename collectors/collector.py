@@ -179,6 +179,9 @@ class Collector:
         self._aggs: dict[str, float] = {}
         self._updates: set[int] = set()
         self._seq_k3: list[np.ndarray] = []
+        # per-update rows held until the step is finalised, then handed to the writer as one table each: one queue
+        # hand-off (a wake-up of the writer thread) per table per step, not per update
+        self._held: dict[str, list[pa.Table]] = {}
         self._user: dict[str, float] = {}  # metrics given to record_step for the current step
         self._rollout = _RolloutCache()
         self._steps_since_flush = 0
@@ -343,6 +346,7 @@ class Collector:
     def flush(self) -> None:
         """Finalise nothing; publish every buffered row now."""
         if self.writer is not None:
+            self._guard("flush", self._release_held)
             self._guard("flush", self.writer.flush, True)
 
     def close(self) -> None:
@@ -353,6 +357,7 @@ class Collector:
             if self._step is not None:
                 self._guard("record_step", self._finalise_step)
             if self.writer is not None:
+                self._guard("close", self._release_held)  # rows of a step whose finalising failed
                 self._guard("close", self.writer.close)
                 if self.rank == 0:
                     self.manifest["status"] = "finished"
@@ -392,6 +397,15 @@ class Collector:
     def _put(self, table: str, data: pa.Table) -> None:
         if self.writer is not None:  # write failures are reported (once) by the writer itself
             self.writer.put(table, data)
+
+    def _hold(self, table: str, data: pa.Table) -> None:
+        if self.writer is not None and data.num_rows:
+            self._held.setdefault(table, []).append(data)
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, {}
+        for table, parts in held.items():
+            self._put(table, pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0])
 
     def _enter_step(self, step: int) -> None:
         if self._step is not None and step != self._step:
@@ -528,7 +542,7 @@ class Collector:
             cols["text"] = [self._rollout.texts[j[i]] if j[i] >= 0 else None for i in keep]
         cols = {k: (v if isinstance(v, list) else np.asarray(v)[keep] if not isinstance(v, np.ma.MaskedArray)
                     else v[keep]) for k, v in cols.items()}
-        self._put("sequences", _table(SEQUENCES, cols, keep.size))
+        self._hold("sequences", _table(SEQUENCES, cols, keep.size))
 
         turn = res.turn
         if turn is not None and turn["row"].size:
@@ -536,7 +550,7 @@ class Collector:
             tcols = {k: v for k, v in turn.items() if k != "row"}
             tcols.update(self._keys(r.size, step, update))
             tcols["sample_id"] = sid[r]
-            self._put("turns", _table(TURNS, tcols, r.size))
+            self._hold("turns", _table(TURNS, tcols, r.size))
 
         self._put_tokens(step, update, sid, res)
         return res.aggs
@@ -565,7 +579,7 @@ class Collector:
                 cols[name] = tok[name].astype(np.float32, copy=False)
         for name in ("token_id", "token_id_rollout"):
             cols[name] = tok[name].astype(np.int32) if tok[name] is not None else np.full(n, -1, np.int32)
-        self._put("tokens", _table(TOKENS, cols, n))
+        self._hold("tokens", _table(TOKENS, cols, n))
 
     def _record_step(self, step: int, user: dict[str, float]) -> dict[str, float]:
         self._enter_step(step)
@@ -587,6 +601,7 @@ class Collector:
         schema = arrow_schema("steps")
         for k in user:
             schema = schema.append(pa.field(USER_METRIC_PREFIX + k, pa.float64()))
+        self._release_held()
         self._put("steps", _row_table(schema, row))
         watch = True
         if self._pg[1]:  # the whole step on the group's rank 0 (collectors/distributed.py)
