@@ -175,6 +175,7 @@ def verl_run(tiny: VerlTiny, instrumented: bool, steps: int, run_dir: str) -> tu
     if instrumented:
         os.environ[vl.RUN_ENV] = run_dir
         vl.RECORDER.__init__()  # opens the run on its first call, as on a verl worker
+        vl.RECORDER.__dict__.pop("_record", None)  # the previous run's timer
         _timed(vl.RECORDER, "_record", spent)
     tiny.update_actor(cfg)
     spent[0] = 0.0
