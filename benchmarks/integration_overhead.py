@@ -1,23 +1,36 @@
-"""Overhead of the TRL and verl hooks, as ratios measured in one process.
+"""Overhead of the TRL and verl hooks on the step time of the same tiny training, as ratios measured in one process.
 
-TRL: the same tiny GRPO training (tests/integrations/trl_setup.py: a Qwen3 built from a config, 16 completions per
-step, CPU) with TRL's GRPOTrainer and with arldiag's instrumented subclass, alternated, best of ``--repeat``;
-reported as the ratio of the per-step times, and as the time spent inside the hooks (record_rollout /
-record_update / record_step) over the instrumented run's step time.
+TRL: the tiny GRPO training of the integration tests (tests/integrations/trl_setup.py: a Qwen3 built from a config,
+a local word-level tokenizer, 8 completions per step, 2 iterations per generation batch, beta > 0, CPU) with TRL's
+``GRPOTrainer`` and with arldiag's drop-in ``ArldiagGRPOTrainer`` (rollout + update + step hooks, run store written).
 
-verl: verl's vanilla policy loss vs ``arldiag_vanilla`` on one micro-batch (``--batch`` x ``--length`` tokens);
-the loss function is a small part of a verl step (the forward and backward pass of the model dominate), so this
-ratio is an upper bound on nothing but the loss call; the absolute cost per call in ms is the number to compare
-with a real step.
+verl: one verl actor step per call of ``update_actor(data)``: micro-batches of a tiny Qwen3 forward (per-token
+log-probs and entropy, laid out as verl's engines hand them to the loss), verl's own ``ppo_loss``
+(verl.workers.utils.losses: policy loss from the registry, entropy and low-var-KL terms), backward, then an AdamW
+step; ``policy_loss.loss_mode`` is ``vanilla`` without the hook and ``arldiag_vanilla`` with it (the run opened from
+``$ARLDIAG_RUN`` as on a verl worker, the step found from ``update_actor`` on the stack, entropy and ref log-probs
+read from ``ppo_loss``'s frame). verl's FSDP engine and Ray are not started: the rest of a verl step (generation,
+reference and old log-prob passes) only adds time the hook does not touch, so the tiny model's ratio is an upper
+bound for a real step.
 
-    python benchmarks/integration_overhead.py [--steps 6] [--repeat 3]
+Method: runs with and without the hook alternate in the same process (``--repeat`` pairs after a warm-up pair), so
+drifts of a shared machine hit both; each figure is the median over the runs, for wall-clock time and for the
+process's CPU time (all threads; ``torch.set_num_threads(1)``, so a busy neighbour slows the process without
+changing its CPU time much). The ratio with/without is the overhead; "inside the hooks" is the training thread's CPU
+time in arldiag's calls as a share of the step's CPU time (TRL; the store's writer thread is not in it but is in the
+process's CPU time).
 
-Figures, not assertions: the machines are shared and noisy.
+    python benchmarks/integration_overhead.py [--repeat 7] [--trl-steps 6] [--verl-steps 6] [--json out.json]
+
+Figures, not assertions.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -27,10 +40,50 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def trl_run(instrumented: bool, steps: int, hook_time: list[float]) -> float:
+class Clock:
+    """Wall-clock and process CPU seconds of a block."""
+
+    def __enter__(self):
+        self.w, self.c = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall, self.cpu = time.perf_counter() - self.w, time.process_time() - self.c
+
+
+def _timed(obj, name: str, acc: list[float]) -> None:
+    """Add the CPU time of the training thread spent in ``obj.name`` to ``acc`` (CPU time: a busy machine's waits
+    would otherwise count as the hook's)."""
+    fn = getattr(obj, name)
+
+    def wrapper(*a, **k):
+        t = time.thread_time()
+        try:
+            return fn(*a, **k)
+        finally:
+            acc[0] += time.thread_time() - t
+    setattr(obj, name, wrapper)
+
+
+# ---------------------------------------------------------------------------------------------------- TRL
+def _excluded(obj, name: str, clock: "Clock") -> None:
+    """Time ``obj.name`` (a one-off at the end of training) on ``clock`` so that it can be left out of the steps."""
+    fn = getattr(obj, name)
+
+    def wrapper(*a, **k):
+        with Clock() as c:
+            res = fn(*a, **k)
+        clock.wall += c.wall
+        clock.cpu += c.cpu
+        return res
+    setattr(obj, name, wrapper)
+
+
+def trl_run(instrumented: bool, steps: int) -> tuple[float, float, float, float]:
+    """(wall, cpu, CPU seconds inside the hooks) per step of ``steps`` TRL GRPO steps, and the wall seconds of the
+    run store's close at the end of training (left out of the steps: a one-off per run, not per step)."""
     from integrations.trl_setup import grpo_trainer
 
-    from arldiag.collectors.collector import Collector
     from arldiag.collectors.trl_grpo import ArldiagGRPOTrainer
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -38,78 +91,169 @@ def trl_run(instrumented: bool, steps: int, hook_time: list[float]) -> float:
         tr = grpo_trainer(f"{tmp}/out", cls=ArldiagGRPOTrainer if instrumented else None, max_steps=steps,
                           trainer_kwargs=kw, disable_tqdm=True)
         spent = [0.0]
-        if instrumented:  # time inside the Collector calls the hooks make
-            col = tr.arldiag_collector
-            for name in ("record_rollout", "record_update", "record_step"):
-                fn = getattr(col, name)
-
-                def timed(*a, _fn=fn, **k):
-                    t = time.perf_counter()
-                    try:
-                        return _fn(*a, **k)
-                    finally:
-                        spent[0] += time.perf_counter() - t
-                setattr(col, name, timed)
-        t0 = time.perf_counter()
-        tr.train()
-        wall = time.perf_counter() - t0
-        hook_time.append(spent[0])
-    return wall / steps
+        if instrumented:  # arldiag's work: the mixin's recording methods and the step hook
+            for name in ("_arldiag_record_rollout", "_arldiag_record_update"):
+                _timed(tr, name, spent)
+            _timed(tr.arldiag_collector, "record_step", spent)
+        closing = Clock()
+        closing.wall = closing.cpu = 0.0
+        if instrumented:
+            _excluded(tr.arldiag_collector, "close", closing)
+        with Clock() as c:
+            tr.train()
+    return (c.wall - closing.wall) / steps, (c.cpu - closing.cpu) / steps, spent[0] / steps, closing.wall
 
 
-def verl_loss(batch: int, length: int, repeat: int) -> tuple[float, float]:
-    import torch
-    from verl.trainer.ppo import core_algos
-    from verl.workers.config import FSDPActorConfig
+# ---------------------------------------------------------------------------------------------------- verl
+class VerlTiny:
+    """A tiny actor trained with verl's ppo_loss; ``batch`` sequences of ``prompt`` + ``response`` tokens per step,
+    ``micro`` sequences per micro-batch."""
 
-    import arldiag
+    def __init__(self, batch: int = 16, micro: int = 4, prompt: int = 8, response: int = 48, seed: int = 0):
+        import torch
+        from tensordict import TensorDict
+        from verl.utils import tensordict_utils as tu
+
+        from integrations.trl_setup import tiny_model_and_tokenizer
+
+        self.model, tok = tiny_model_and_tokenizer(seed)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        g = torch.Generator().manual_seed(seed)
+        B, P, R = batch, prompt, response
+        ids = torch.randint(4, len(tok), (B, P + R), generator=g)
+        mask = (torch.arange(R)[None, :] < torch.randint(R // 2, R + 1, (B, 1), generator=g)).float()
+        self.micro = []
+        for i in range(0, B, micro):
+            sl = slice(i, i + micro)
+            d = TensorDict({"prompts": ids[sl, :P], "responses": ids[sl, P:],
+                            "attention_mask": torch.ones(micro, P + R, dtype=torch.long), "response_mask": mask[sl],
+                            "old_log_probs": -torch.rand(micro, R, generator=g) * 2,
+                            "ref_log_prob": -torch.rand(micro, R, generator=g) * 2,
+                            "advantages": torch.randn(micro, 1, generator=g).expand(micro, R).contiguous()},
+                           batch_size=[micro])
+            tu.assign_non_tensor(d, dp_size=1, batch_num_tokens=int(mask.sum()), global_batch_size=B)
+            self.micro.append((ids[sl], d))
+
+    @staticmethod
+    def config(mode: str):
+        from verl.workers.config import FSDPActorConfig, PolicyLossConfig
+
+        return FSDPActorConfig(strategy="fsdp", ppo_mini_batch_size=16, ppo_micro_batch_size_per_gpu=4,
+                               rollout_n=1, clip_ratio_low=0.2, clip_ratio_high=0.28, entropy_coeff=0.001,
+                               use_kl_loss=True, kl_loss_type="low_var_kl", policy_loss=PolicyLossConfig(loss_mode=mode))
+
+    def forward(self, ids):
+        """Per-token log-probs of the next token and entropies, flattened over the (unpadded) sequences, as verl's
+        engines return them (``no_padding_2_padding`` cuts the response part out)."""
+        import torch
+
+        logits = self.model(input_ids=ids).logits[:, :-1].float()
+        lsm = torch.log_softmax(logits, -1)
+        logp = lsm.gather(-1, ids[:, 1:, None]).squeeze(-1)
+        ent = -(lsm.exp() * lsm).sum(-1)
+        pad = torch.zeros(ids.shape[0], 1)
+        return {"log_probs": torch.cat([logp, pad], 1).reshape(-1), "entropy": torch.cat([ent, pad], 1).reshape(-1)}
+
+    def update_actor(self, data):  # the name verl's workers use: the recorder counts one step per call
+        from verl.workers.utils.losses import ppo_loss
+
+        config = data
+        self.opt.zero_grad()
+        for ids, d in self.micro:
+            loss, _ = ppo_loss(config, self.forward(ids), d)
+            loss.backward()
+        self.opt.step()
+
+
+def verl_run(tiny: VerlTiny, instrumented: bool, steps: int, run_dir: str) -> tuple[float, float, float, float]:
+    """(wall, cpu, CPU seconds inside the hook) per step of ``steps`` actor steps, after one step that is not timed
+    (with the hook it opens the run store), and the wall seconds of the store's close (not in the steps)."""
     from arldiag.collectors import verl_loss as vl
 
-    cfg = FSDPActorConfig(strategy="fsdp", ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=2, rollout_n=1)
-    g = torch.Generator().manual_seed(0)
-    old = -torch.rand(batch, length, generator=g) * 3
-    new = old + torch.randn(batch, length, generator=g) * 0.1
-    adv = torch.randn(batch, 1, generator=g).expand(batch, length).contiguous()
-    mask = torch.ones(batch, length)
-    kw = dict(old_log_prob=old, log_prob=new, advantages=adv, response_mask=mask, config=cfg)
-    with tempfile.TemporaryDirectory() as tmp:
-        vl.RECORDER.__init__(collector=arldiag.Collector(f"{tmp}/v"))
-        best = {}
-        for name in ("vanilla", "arldiag_vanilla") * repeat:
-            fn = core_algos.get_policy_loss_fn(name)
-            t = time.perf_counter()
-            for step in range(5):
-                vl.RECORDER.set_step(step)
-                fn(**kw)
-            best[name] = min(best.get(name, 1e9), (time.perf_counter() - t) / 5)
-        vl.RECORDER.close()
-    return best["vanilla"], best["arldiag_vanilla"]
+    cfg = tiny.config("arldiag_vanilla" if instrumented else "vanilla")
+    spent = [0.0]
+    if instrumented:
+        os.environ[vl.RUN_ENV] = run_dir
+        vl.RECORDER.__init__()  # opens the run on its first call, as on a verl worker
+        vl.RECORDER.__dict__.pop("_record", None)  # the previous run's timer
+        _timed(vl.RECORDER, "_record", spent)
+    tiny.update_actor(cfg)
+    spent[0] = 0.0
+    with Clock() as c:
+        for _ in range(steps):
+            tiny.update_actor(cfg)
+    with Clock() as closing:
+        if instrumented:
+            vl.RECORDER.close()
+    return c.wall / steps, c.cpu / steps, spent[0] / steps, closing.wall
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--length", type=int, default=512)
-    args = ap.parse_args()
-    base, inst, hooks = [], [], []
-    trl_run(False, 1, [])  # warm-up: imports, first-call costs
-    for _ in range(args.repeat):
-        base.append(trl_run(False, args.steps, []))
-        h: list[float] = []
-        inst.append(trl_run(True, args.steps, h))
-        hooks.append(h[0] / args.steps)
-    b, i = min(base), min(inst)
-    share = min(hooks) / i
-    print(f"TRL tiny GRPO, {args.steps} steps: {b * 1e3:.0f} ms/step without, {i * 1e3:.0f} ms/step with the hook: "
-          f"ratio {i / b:.3f}; inside the hooks {min(hooks) * 1e3:.1f} ms/step = {100 * share:.2f} % of the step")
-    try:
-        v0, v1 = verl_loss(args.batch, args.length, args.repeat)
-        print(f"verl vanilla loss, {args.batch}x{args.length} tokens: {v0 * 1e3:.2f} ms, arldiag_vanilla "
-              f"{v1 * 1e3:.2f} ms per call (+{(v1 - v0) * 1e3:.2f} ms)")
-    except ImportError as exc:
-        print(f"verl not installed ({exc}); skipped")
+# ---------------------------------------------------------------------------------------------------- main
+def summarise(name: str, base: list[tuple], inst: list[tuple]) -> dict:
+    med = {k: statistics.median(v) for k, v in
+           (("wall_without", [b[0] for b in base]), ("wall_with", [i[0] for i in inst]),
+            ("cpu_without", [b[1] for b in base]), ("cpu_with", [i[1] for i in inst]))}
+    out = {"name": name, **{k: round(v * 1e3, 2) for k, v in med.items()},
+           "ratio_wall": round(med["wall_with"] / med["wall_without"], 4),
+           "ratio_cpu": round(med["cpu_with"] / med["cpu_without"], 4),
+           "paired_ratio_wall": round(statistics.median(i[0] / b[0] for b, i in zip(base, inst)), 4)}
+    out["hooks_ms"] = round(statistics.median(i[2] for i in inst) * 1e3, 2)
+    out["hooks_share_of_cpu"] = round(statistics.median(i[2] / i[1] for i in inst), 4)
+    out["close_ms_per_run"] = round(statistics.median(i[3] for i in inst) * 1e3, 1)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeat", type=int, default=7, help="pairs of runs (with, without) after a warm-up pair")
+    ap.add_argument("--trl-steps", type=int, default=6)
+    ap.add_argument("--verl-steps", type=int, default=6)
+    ap.add_argument("--only", choices=("trl", "verl"))
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)
+    results = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at start",
+               "torch": torch.__version__, "repeat": args.repeat}
+    rows = []
+    if args.only != "verl":
+        import transformers
+        import trl
+
+        results["trl"] = trl.__version__
+        results["transformers"] = transformers.__version__
+        trl_run(False, 1), trl_run(True, 1)  # warm-up: imports, first-call costs
+        base, inst = [], []
+        for k in range(args.repeat):
+            for instrumented in ((False, True) if k % 2 == 0 else (True, False)):  # alternate the order too
+                (inst if instrumented else base).append(trl_run(instrumented, args.trl_steps))
+        rows.append(summarise(f"TRL GRPOTrainer, tiny Qwen3, {args.trl_steps} steps x 8 completions", base, inst))
+    if args.only != "trl":
+        import verl
+
+        results["verl"] = verl.__version__
+        tiny = VerlTiny()
+        with tempfile.TemporaryDirectory() as tmp:
+            verl_run(tiny, False, 1, ""), verl_run(tiny, True, 1, f"{tmp}/warm")
+            base, inst = [], []
+            for k in range(args.repeat):
+                for instrumented in ((False, True) if k % 2 == 0 else (True, False)):
+                    (inst if instrumented else base).append(verl_run(tiny, instrumented, args.verl_steps,
+                                                                     f"{tmp}/run{k}"))
+        rows.append(summarise(f"verl actor step (ppo_loss), tiny Qwen3, 16 x (8 + 48) tokens, 4 micro-batches, "
+                              f"{args.verl_steps} steps", base, inst))
+    results["results"] = rows
+    for r in rows:
+        line = (f"{r['name']}: wall {r['wall_without']:.1f} -> {r['wall_with']:.1f} ms/step (ratio {r['ratio_wall']:.3f},"
+                f" paired {r['paired_ratio_wall']:.3f}); CPU {r['cpu_without']:.1f} -> {r['cpu_with']:.1f} ms/step "
+                f"(ratio {r['ratio_cpu']:.3f})")
+        line += (f"; inside the hooks {r['hooks_ms']:.1f} ms CPU/step = {100 * r['hooks_share_of_cpu']:.2f} % of "
+                 f"the step's CPU time; closing the store {r['close_ms_per_run']:.0f} ms once per run")
+        print(line, flush=True)
+    print(f"machine: {results['machine']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":

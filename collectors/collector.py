@@ -182,6 +182,9 @@ class Collector:
         self._aggs: dict[str, float] = {}
         self._updates: set[int] = set()
         self._seq_k3: list[np.ndarray] = []
+        # per-update rows held until the step is finalised, then handed to the writer as one table each: one queue
+        # hand-off (a wake-up of the writer thread) per table per step, not per update
+        self._held: dict[str, list[pa.Table]] = {}
         self._user: dict[str, float] = {}  # metrics given to record_step for the current step
         self._rollout = _RolloutCache()
         self._steps_since_flush = 0
@@ -271,8 +274,10 @@ class Collector:
         """Record one policy update (PPO epoch x mini-batch) of ``step``. Tensors: padded [B, T] with the loss
         mask ``response_mask``; ``advantages`` [B] or [B, T]; ``turn_ids`` [B] or [B, T]. Returns this update's
         raw aggregates (handy for logging)."""
-        # torch input stays on its device: the statistics run there (arldiag/backends.py)
-        conv = as_device_array if is_torch(logp) else as_array
+        # accelerator tensors stay on their device: the statistics run there (arldiag/backends.py), no copy to the
+        # host; CPU tensors become numpy views (no copy), on which the same statistics cost 2-3x less CPU time than
+        # torch's per-op dispatch (benchmarks/integration_overhead.py)
+        conv = as_device_array if is_torch(logp) and logp.device.type != "cpu" else as_array
         mask = conv(response_mask, "response_mask", np.bool_)
         if mask.ndim != 2:
             raise ValueError(f"response_mask must be 2-D [B, T], got shape {mask.shape}")
@@ -301,7 +306,8 @@ class Collector:
                 raise ValueError(f"turn_ids must be [B] = ({B},) or [B, T] = {mask.shape}, got {turn.shape}")
         sid = None
         if sample_ids is not None:
-            sid = conv(sample_ids, "sample_ids", np.int64)
+            # ids stay on the host: [B] values, used for lookups and token sampling there (numpy)
+            sid = as_array(sample_ids, "sample_ids", np.int64)
             check_shape("sample_ids", sid, (B,), "response_mask rows")
         inp = UpdateInputs(lp, lpo, adv, mask, opt.get("logp_ref"), opt.get("logp_rollout"), opt.get("entropy"),
                            turn, tid)
@@ -341,6 +347,7 @@ class Collector:
     def flush(self) -> None:
         """Finalise nothing; publish every buffered row now."""
         if self.writer is not None:
+            self._guard("flush", self._release_held)
             self._guard("flush", self.writer.flush, True)
 
     def close(self) -> None:
@@ -351,6 +358,7 @@ class Collector:
             if self._step is not None:
                 self._guard("record_step", self._finalise_step)
             if self.writer is not None:
+                self._guard("close", self._release_held)  # rows of a step whose finalising failed
                 self._guard("close", self.writer.close)
                 if self.rank == 0:
                     self.manifest["status"] = "finished"
@@ -390,6 +398,15 @@ class Collector:
     def _put(self, table: str, data: pa.Table) -> None:
         if self.writer is not None:  # write failures are reported (once) by the writer itself
             self.writer.put(table, data)
+
+    def _hold(self, table: str, data: pa.Table) -> None:
+        if self.writer is not None and data.num_rows:
+            self._held.setdefault(table, []).append(data)
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, {}
+        for table, parts in held.items():
+            self._put(table, pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0])
 
     def _enter_step(self, step: int) -> None:
         if self._step is not None and step != self._step:
@@ -526,7 +543,7 @@ class Collector:
             cols["text"] = [self._rollout.texts[j[i]] if j[i] >= 0 else None for i in keep]
         cols = {k: (v if isinstance(v, list) else np.asarray(v)[keep] if not isinstance(v, np.ma.MaskedArray)
                     else v[keep]) for k, v in cols.items()}
-        self._put("sequences", _table(SEQUENCES, cols, keep.size))
+        self._hold("sequences", _table(SEQUENCES, cols, keep.size))
 
         turn = res.turn
         if turn is not None and turn["row"].size:
@@ -534,7 +551,7 @@ class Collector:
             tcols = {k: v for k, v in turn.items() if k != "row"}
             tcols.update(self._keys(r.size, step, update))
             tcols["sample_id"] = sid[r]
-            self._put("turns", _table(TURNS, tcols, r.size))
+            self._hold("turns", _table(TURNS, tcols, r.size))
 
         self._put_tokens(step, update, sid, res)
         return res.aggs
@@ -563,7 +580,7 @@ class Collector:
                 cols[name] = tok[name].astype(np.float32, copy=False)
         for name in ("token_id", "token_id_rollout"):
             cols[name] = tok[name].astype(np.int32) if tok[name] is not None else np.full(n, -1, np.int32)
-        self._put("tokens", _table(TOKENS, cols, n))
+        self._hold("tokens", _table(TOKENS, cols, n))
 
     def _record_step(self, step: int, user: dict[str, float]) -> dict[str, float]:
         self._enter_step(step)
@@ -585,6 +602,7 @@ class Collector:
         schema = arrow_schema("steps")
         for k in user:
             schema = schema.append(pa.field(USER_METRIC_PREFIX + k, pa.float64()))
+        self._release_held()
         self._put("steps", _row_table(schema, row))
         watch = True
         if self._pg[1]:  # the whole step on the group's rank 0 (collectors/distributed.py)
@@ -641,17 +659,24 @@ def _now_us() -> int:
 
 
 def _row_table(schema: pa.Schema, row: Mapping[str, Any]) -> pa.Table:
-    """One-row table (steps/alerts rows) without pa.array/from_pylist, which import pandas."""
-    cols = {}
-    for f in schema:
+    """One-row table (steps/alerts rows) without pa.array/from_pylist, which import pandas. The values of each type
+    are converted as one array, then cut into one-row slices (zero-copy): a steps row has ~100 columns, and one
+    conversion per column was most of the cost of finalising a step."""
+    cols: list = [None] * len(schema)
+    by_type: dict[pa.DataType, list[tuple[int, Any]]] = {}
+    for i, f in enumerate(schema):
         v = row.get(f.name)
         if v is None or (isinstance(v, float) and v != v and not pa.types.is_floating(f.type)):
-            cols[f.name] = _nulls(1, f.type)
+            cols[i] = _nulls(1, f.type)
         elif f.type == pa.string():
-            cols[f.name] = _strings([v])
+            cols[i] = _strings([v])
         else:
-            cols[f.name] = np_to_arrow(np.array([v]), f.type)
-    return pa.Table.from_arrays(list(cols.values()), schema=schema)
+            by_type.setdefault(f.type, []).append((i, v))
+    for typ, items in by_type.items():
+        arr = np_to_arrow(np.array([v for _, v in items]), typ)
+        for k, (i, _) in enumerate(items):
+            cols[i] = arr.slice(k, 1)
+    return pa.Table.from_arrays(cols, schema=schema)
 
 
 def _bits(mask: np.ndarray) -> pa.Buffer:

@@ -135,17 +135,17 @@ class VerlLossRecorder:
             self._updates += 1
             for k, v in pg_metrics.items():
                 v = getattr(v, "value", v)  # verl may wrap values in a Metric
-                try:
+                if hasattr(v, "detach"):  # kept on its device: read once per step, not one host sync per call
+                    self._metrics.setdefault(k, []).append(v.detach())
+                elif isinstance(v, (int, float)) and not isinstance(v, bool):
                     self._metrics.setdefault(k, []).append(float(v))
-                except (TypeError, ValueError):
-                    pass
 
     def _finish_step(self) -> None:
         if self.step is None or self.collector is None:
             return
-        metrics = {k: sum(v) / len(v) for k, v in self._metrics.items() if v}
+        metrics = {k: _mean(v) for k, v in self._metrics.items() if v}
         self._metrics = {}
-        self.collector.record_step(self.step, metrics)
+        self.collector.record_step(self.step, {k: v for k, v in metrics.items() if v is not None})
 
     def close(self) -> None:
         with self._lock:
@@ -153,6 +153,20 @@ class VerlLossRecorder:
             self.step = None
             if self.collector is not None:
                 self.collector.close()
+
+
+def _mean(values: list) -> float | None:
+    """Mean of a step's values (floats or one-element tensors, as verl's losses return them), one host read."""
+    if all(isinstance(v, float) for v in values):
+        return sum(values) / len(values)
+    import torch
+
+    dev = next(v.device for v in values if not isinstance(v, float))
+    try:
+        return float(torch.stack([torch.as_tensor(v, device=dev).reshape(()).to(torch.float64)
+                                  for v in values]).mean())
+    except (RuntimeError, TypeError, ValueError):  # not scalars: not a metric arldiag can average
+        return None
 
 
 def _get(config: Any, key: str, default: Any) -> Any:

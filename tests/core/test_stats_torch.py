@@ -104,16 +104,19 @@ def test_every_formula_is_evaluated_by_both_paths():
         assert set(SEQ_COLUMNS) <= set(res.seq)
 
 
-def test_collector_stores_the_same_rows_from_torch_tensors(tmp_path):
+@pytest.mark.parametrize("rate", [1.0, 0.5])
+def test_collector_stores_the_same_rows_from_torch_tensors(tmp_path, rate):
+    """Every argument a tensor, sample ids included (TRL hands them as a tensor); rate < 1 hashes the ids to sample
+    token rows, on the host."""
     rng = np.random.default_rng(5)
     d = make_inputs(rng, 8, 12, False, False, 1, False, False)
-    kw = dict(clip=(0.2, 0.28), seq_clip=(0.05, 0.06), token_sample_rate=1.0, strict=True)
+    kw = dict(clip=(0.2, 0.28), seq_clip=(0.05, 0.06), token_sample_rate=rate, strict=True)
     for name, conv in (("np", lambda x: x), ("torch", lambda x: torch.from_numpy(np.ascontiguousarray(x)))):
         with arldiag.Collector(tmp_path / name, **kw) as col:
             col.record_update(0, 0, logp=conv(d["logp"]), logp_old=conv(d["logp_old"]),
                               advantages=conv(d["advantages"]), response_mask=conv(d["mask"]),
                               logp_ref=conv(d["logp_ref"]), entropy=conv(d["entropy"]),
-                              turn_ids=conv(d["turn_ids"]), sample_ids=np.arange(8))
+                              turn_ids=conv(d["turn_ids"]), sample_ids=conv(np.arange(8)))
             col.record_step(0, {"lr": 1e-3})
     runs = {n: arldiag.open_run(tmp_path / n) for n in ("np", "torch")}
     for table, order in (("steps", "step"), ("sequences", "sample_id"), ("tokens", "sample_id, pos")):

@@ -24,8 +24,9 @@ def trained(tmp_path_factory):
     from arldiag.collectors.trl_grpo import ArldiagGRPOTrainer
 
     tmp = tmp_path_factory.mktemp("trl")
-    tr = grpo_trainer(str(tmp / "out"), cls=ArldiagGRPOTrainer, trainer_kwargs={"arldiag_run": str(tmp / "run")},
-                      log_completions=True)
+    # strict: a recording failure raises (by default the collector warns once and training goes on)
+    kw = {"arldiag_run": str(tmp / "run"), "arldiag_kwargs": {"strict": True}}
+    tr = grpo_trainer(str(tmp / "out"), cls=ArldiagGRPOTrainer, trainer_kwargs=kw, log_completions=True)
     tr.train()
     tr.state.save_to_json(str(tmp / "out" / "trainer_state.json"))
     return tr, arldiag.open_run(tmp / "run")
@@ -65,6 +66,9 @@ def test_sequences_link_to_groups_and_rewards(trained):
     loss = run.sql("select step, loss from steps order by step").fetchall()
     assert np.allclose([v for _, v in loss], [h["loss"] for h in tr.state.log_history if "loss" in h])
     assert run.manifest["algorithm"] == "dapo" and run.manifest["status"] == "finished"
+    # token rows (sampled by a hash of the sample ids TRL hands as a tensor) for every update of every step
+    tok = run.sql("select step, count(*) from tokens group by step order by step").fetchall()
+    assert [s for s, n in tok if n > 0] == [1, 2, 3], tok
 
 
 def test_import_trl_state_and_completions_written_by_trl(trained, tmp_path, capsys):
