@@ -242,6 +242,16 @@ def alerts(run: Any, limit: int = 500) -> pd.DataFrame:
     return fetch(run, f"select {sel} from alerts order by {order} limit $1", [int(limit)])
 
 
+def actions(run: Any, limit: int = 500) -> pd.DataFrame:
+    """What --auto-stabilize applied (the actions table), by step."""
+    cols = columns(run, "actions")
+    want = ["step", "action", "params", "detector", "state", "risk", "reason", "policy"]
+    if "step" not in cols:
+        return pd.DataFrame(columns=want)
+    sel = ", ".join(q(c) if c in cols else f"null as {q(c)}" for c in want)
+    return fetch(run, f"select {sel} from actions order by step, time limit $1", [int(limit)])
+
+
 def state_segments(timeline: pd.DataFrame) -> list[tuple[int, int, str]]:
     """Contiguous runs of one non-ok alert state -> [(first step, last step, state)], for shaded bands."""
     if timeline is None or timeline.empty:
