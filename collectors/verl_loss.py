@@ -59,6 +59,8 @@ class VerlLossRecorder:
         self._metrics: dict[str, list[float]] = {}
         self._lock = threading.Lock()
         self._warned = False
+        self.nalis_delta: float | None = None   # set by --auto-stabilize (VerlControls): mask inside this loss
+        self.stabilizer: Any = None             # attach_stabilizer(): runs after each finished step
 
     # ------------------------------------------------------------------ step bookkeeping
     def set_step(self, step: int) -> None:
@@ -111,8 +113,14 @@ class VerlLossRecorder:
         its own defaults, e.g. GSPO's seq-mean-token-mean), then the recording."""
         from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
+        loss_mask = response_mask
+        if self.nalis_delta is not None:  # the neg-adv low-IS mask (ARLArena), switched on by a stabilizing policy
+            from arldiag.trainer.losses import nalis_sample_mask
+
+            keep = nalis_sample_mask(log_prob, old_log_prob, advantages, response_mask, self.nalis_delta)
+            loss_mask = response_mask * keep[:, None].to(response_mask.dtype)
         pg_loss, pg_metrics = get_policy_loss_fn(inner)(
-            old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages, response_mask=response_mask,
+            old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages, response_mask=loss_mask,
             **kwargs)
         extra = _caller_tensors(response_mask.shape)
         col = self._open(kwargs.get("config"), inner)
@@ -146,6 +154,41 @@ class VerlLossRecorder:
         metrics = {k: sum(v) / len(v) for k, v in self._metrics.items() if v}
         self._metrics = {}
         self.collector.record_step(self.step, metrics)
+        res = getattr(getattr(self.collector, "monitor", None), "last_result", None)
+        if self.stabilizer is not None and res is not None and res.step == self.step:
+            self.collector._guard("auto-stabilize", self.stabilizer.on_result, res)
+
+
+class VerlControls:
+    """--auto-stabilize for verl: only what the policy loss can change on its own. verl hands the loss function the
+    four tensors and the actor config; the optimizer and the scheduler live in the FSDP/Megatron worker, out of the
+    loss's reach, so the learning rate, a rollback and a stop are not supported. Each rank decides on the metrics of
+    its own micro-batches (its own collector and monitor)."""
+
+    supports = frozenset({"nalis_mask"})
+
+    def __init__(self, recorder: "VerlLossRecorder") -> None:
+        self.recorder = recorder
+
+    def settings(self) -> dict[str, Any]:
+        d = self.recorder.nalis_delta
+        return {"nalis_mask": d is not None, "nalis_delta": float("inf") if d is None else float(d)}
+
+    def set_nalis_mask(self, delta: float) -> dict:
+        before = self.recorder.nalis_delta
+        self.recorder.nalis_delta = float(delta)
+        return {"before": {"nalis_delta": before}, "after": {"nalis_delta": float(delta)}}
+
+
+def attach_stabilizer(recorder: "VerlLossRecorder", policy: Any = "default", limits: Any = None) -> Any:
+    """Run ``policy`` after each step the recorder finishes (its collector needs a Monitor)."""
+    from arldiag.stabilize import Stabilizer
+
+    col = recorder.collector
+    if col is None or getattr(col, "monitor", None) is None:
+        raise ValueError("attach_stabilizer: the recorder needs a collector with a monitor")
+    recorder.stabilizer = Stabilizer(policy, VerlControls(recorder), record=col.record_action, limits=limits)
+    return recorder.stabilizer
 
     def close(self) -> None:
         with self._lock:
