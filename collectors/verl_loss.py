@@ -22,6 +22,9 @@ says so once) and the loss is verl's, unchanged. Steps: verl does not pass the t
 is one call of the worker's ``update_actor`` (found on the call stack; counted from 1 like verl's ``global_steps``),
 or what ``set_step(n)`` said last (custom loops, tests). Loss calls outside both (verl's eval-mode loss) are not
 recorded.
+
+Auto-stabilize: ``$ARLDIAG_AUTO_STABILIZE`` (a policy name or module:function) attaches a Monitor and a
+Stabilizer whose only lever is the neg-adv low-IS mask applied inside this loss (``VerlControls``).
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ from typing import Any
 LOSS_MODE = "arldiag"
 INNER_ENV = "ARLDIAG_VERL_INNER_LOSS"
 RUN_ENV = "ARLDIAG_RUN"
+STABILIZE_ENV = "ARLDIAG_AUTO_STABILIZE"  # a policy name or module:function: VerlControls acts on the loss
 _CALLER_TENSORS = ("entropy", "ref_log_prob")
 
 
@@ -97,9 +101,18 @@ class VerlLossRecorder:
 
         low, high = band(config)
         rank, world = _rank()
-        self.collector = Collector(run_dir, config={"framework": "verl", "loss_mode": inner}, clip=(low, high),
+        policy = os.environ.get(STABILIZE_ENV)
+        monitor = None
+        if policy:  # --auto-stabilize for verl: the Monitor's state drives the policy (VerlControls)
+            from arldiag.monitor import Monitor
+
+            monitor = Monitor(sinks=("console", "store"))
+        self.collector = Collector(run_dir, config={"framework": "verl", "loss_mode": inner,
+                                                    "auto_stabilize": policy or None}, clip=(low, high),
                                    algorithm=inner, rank=rank, world_size=world, flush_every=1,
-                                   dual_clip_c=float(_get(config, "clip_ratio_c", 3.0)))
+                                   dual_clip_c=float(_get(config, "clip_ratio_c", 3.0)), monitor=monitor)
+        if policy:
+            attach_stabilizer(self, policy)
         # Ray may end a worker without running exit handlers: steps are published as they finish (flush_every=1);
         # the last step is finalised by close(), at exit when the process exits normally
         import atexit
@@ -158,6 +171,13 @@ class VerlLossRecorder:
         if self.stabilizer is not None and res is not None and res.step == self.step:
             self.collector._guard("auto-stabilize", self.stabilizer.on_result, res)
 
+    def close(self) -> None:
+        with self._lock:
+            self._finish_step()
+            self.step = None
+            if self.collector is not None:
+                self.collector.close()
+
 
 class VerlControls:
     """--auto-stabilize for verl: only what the policy loss can change on its own. verl hands the loss function the
@@ -189,13 +209,6 @@ def attach_stabilizer(recorder: "VerlLossRecorder", policy: Any = "default", lim
         raise ValueError("attach_stabilizer: the recorder needs a collector with a monitor")
     recorder.stabilizer = Stabilizer(policy, VerlControls(recorder), record=col.record_action, limits=limits)
     return recorder.stabilizer
-
-    def close(self) -> None:
-        with self._lock:
-            self._finish_step()
-            self.step = None
-            if self.collector is not None:
-                self.collector.close()
 
 
 def _get(config: Any, key: str, default: Any) -> Any:
