@@ -300,7 +300,7 @@ class Collector:
                 raise ValueError(f"turn_ids must be [B] = ({B},) or [B, T] = {mask.shape}, got {turn.shape}")
         sid = None
         if sample_ids is not None:
-            sid = conv(sample_ids, "sample_ids", np.int64)
+            sid = as_array(sample_ids, "sample_ids", np.int64)  # [B] ids on the host: hashed and joined there
             check_shape("sample_ids", sid, (B,), "response_mask rows")
         inp = UpdateInputs(lp, lpo, adv, mask, opt.get("logp_ref"), opt.get("logp_rollout"), opt.get("entropy"),
                            turn, tid)

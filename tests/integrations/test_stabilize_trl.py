@@ -43,7 +43,7 @@ def test_the_actions_reach_trl(trained):
     assert (tr.epsilon_low, tr.epsilon_high) == pytest.approx((0.05, 0.05))  # epsilon 0.1, halved
     assert tr.state.global_step == 2  # max_steps 4: stopped after step 2
     sched = getattr(tr.lr_scheduler, "scheduler", tr.lr_scheduler)
-    assert sched.base_lrs == pytest.approx([5e-2 * 0.5])
+    assert sched.base_lrs == pytest.approx([5e-2 * 0.5] * len(sched.base_lrs))
     # the schedule's own rate at its current step, from the halved base rate
     want = 5e-2 * 0.5 * sched.lr_lambdas[0](sched.last_epoch)
     assert tr.optimizer.param_groups[0]["lr"] == pytest.approx(want)
