@@ -223,8 +223,10 @@ class Stabilizer:
             self.log(f"[arldiag] auto-stabilize: recording {t.action.kind} failed ({type(exc).__name__}: {exc})")
 
     def summary(self) -> str:
+        """One line for the end of the run: what was applied, and what the limits refused (how often)."""
         done = ", ".join(f"{t.action.kind}@{t.step}" for t in self.history) or "none"
-        return f"auto-stabilize ({self.policy_name}): actions {done}"
+        refused = "; ".join(f"{kind} x{n} ({why})" for (kind, why), n in sorted(self.refused.items()))
+        return f"auto-stabilize ({self.policy_name}): applied {done}" + (f"; refused {refused}" if refused else "")
 
 
 def _fmt(p: Mapping[str, Any]) -> str:

@@ -435,8 +435,9 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
             if getattr(col, "should_stop", False):
                 log(f"collector asked to stop at step {step}")
                 break
+    if stabilizer is not None:
+        log(stabilizer.summary())
     if cfg.save_model:
-        import os
 
         folder = os.path.join(cfg.out, "model")
         model.save_pretrained(folder)
