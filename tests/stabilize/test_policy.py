@@ -172,8 +172,8 @@ def test_cooldown_between_decisions():
     applied = [step for step in range(0, 16) if feed(stab, step, "critical")]
     assert applied == [0, 5, 10, 15]
     assert stab.summary() == ("auto-stabilize (lr_only): applied lr_scale@0, lr_scale@5, lr_scale@10, lr_scale@15; "
-                              "refused lr_scale x4 (cooldown (5 steps after step 0)), "
-                              "lr_scale x4 (cooldown (5 steps after step 10)), lr_scale x4 (cooldown (5 steps after step 5))")
+                              "refused lr_scale x4 (cooldown (5 steps after step 0)); "
+                              "lr_scale x4 (cooldown (5 steps after step 10)); lr_scale x4 (cooldown (5 steps after step 5))")
 
 
 def test_rollback_cannot_loop_and_needs_an_ok_checkpoint_after_progress():
