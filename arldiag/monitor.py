@@ -56,6 +56,7 @@ class Monitor:
         self.collector = None
         self.alerts_sent = 0
         self.stop_requested: str | None = None
+        self.last_result: StepResult | None = None  # the latest step's result (arldiag.stabilize reads it)
         self._sinks: list[Callable[[Alert], None]] = []
         self._wants_store = False
         self._failed: set[int] = set()
@@ -88,6 +89,7 @@ class Monitor:
 
     def on_step(self, step: int, metrics: Mapping[str, Any]) -> StepResult:
         res = self.evaluator.update(step, metrics)
+        self.last_result = res
         for alert in self.alerts_for(res):
             self.emit(alert)
         if (self.stop_on is not None and LEVELS.index(res.state) >= LEVELS.index(self.stop_on)

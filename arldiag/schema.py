@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 import pyarrow as pa
 
 SCHEMA_VERSION = "1.0"  # major.minor; readers refuse a newer major, read any older one
-TABLES = ("tokens", "sequences", "turns", "groups", "steps", "alerts")
+TABLES = ("tokens", "sequences", "turns", "groups", "steps", "alerts", "actions")
 USER_METRIC_PREFIX = "m/"  # user metrics from record_step(metrics=...) are stored as "m/<name>" in raw step files
 
 F32, F64, I16, I32, I64, BOOL, STR = pa.float32(), pa.float64(), pa.int16(), pa.int32(), pa.int64(), pa.bool_(), pa.string()
@@ -133,6 +133,21 @@ ALERTS = [
     Col("message", STR, "plain-language explanation and recommendation"),
     Col("evidence", STR, "JSON evidence (series values, top sequences)"),
     Col("source", STR, "online (in the training process) | watch (arldiag watch) | detect"),
+]
+
+# What --auto-stabilize did (arldiag.stabilize): one row per applied action, with what triggered it.
+ACTIONS = [
+    Col("step", I64, "step after which the action was applied (it acts from the next step on)"),
+    Col("time", pa.timestamp("us", tz="UTC"), "wall-clock time the action was applied"),
+    Col("action", STR, "nalis_mask | clip | seq_clip | lr_scale | rollback | stop (docs: README, Auto-stabilize)"),
+    Col("params", STR, "JSON parameters as applied (e.g. {\"factor\": 0.5, \"lr\": 1e-4}, {\"to_step\": 35})"),
+    Col("detector", STR, "the finding (detector name) that triggered the action"),
+    Col("state", STR, "alert state of the run when the action was taken: ok | watch | warning | critical"),
+    Col("risk", F64, "collapse risk in [0, 1] at that step"),
+    Col("reason", STR, "the policy's one-line reason"),
+    Col("policy", STR, "the policy that proposed it (registered name or module:function)"),
+    Col("outcome", STR, "JSON of what changed in the trainer: before / after values"),
+    Col("evidence", STR, "JSON: the triggering finding (level, metric, value), every firing finding, the alert"),
 ]
 
 
@@ -366,6 +381,7 @@ STEPS_RAW = [Col("step", I64, "training step"), Col("rank", I32, "rank that wrot
 
 TABLE_COLUMNS: dict[str, list[Col]] = {
     "tokens": TOKENS, "sequences": SEQUENCES, "turns": TURNS, "groups": GROUPS, "steps": STEPS_RAW, "alerts": ALERTS,
+    "actions": ACTIONS,
 }
 
 

@@ -4,7 +4,7 @@
 """
 from __future__ import annotations
 
-from arldiag.schema import (ALERTS, GROUPS, SCHEMA_VERSION, SEQUENCES, STEP_AGGS, STEP_METRICS, TOKENS, TURNS,
+from arldiag.schema import (ACTIONS, ALERTS, GROUPS, SCHEMA_VERSION, SEQUENCES, STEP_AGGS, STEP_METRICS, TOKENS, TURNS,
                             USER_METRIC_PREFIX)
 
 INTRO = f"""# Run store glossary (schema {SCHEMA_VERSION})
@@ -55,6 +55,7 @@ def render() -> str:
     out.append(_table("turns", TURNS))
     out.append(_table("groups", GROUPS))
     out.append(_table("alerts", ALERTS))
+    out.append(_table("actions", ACTIONS))
     out.append("\n## `steps`\n\nOne row per (run, step): raw aggregates merged over updates and ranks "
                "(sum / max / min), then these metrics derived from them. Trainer metrics given to "
                "`record_step(metrics=...)` appear under their own names; one whose name is a derived metric fills "

@@ -76,6 +76,15 @@ COLLECTOR_KEYS = {"token_sample_rate": "fraction of samples whose token rows are
 MONITOR_KEYS = {"min_severity": "lowest severity printed on the console",
                 "stop_on": "ask the trainer to stop at this alert state (\"\" = never; watch, warning, critical)",
                 "sinks": "built-in sinks: console, store (the run's alerts table), wandb"}
+STABILIZE_KEYS = {"policy": "--auto-stabilize policy when the flag is not given: a registered name (default, "
+                             "conservative) or module:function (\"\" = off)",
+                  "cooldown": "steps after an applied action during which nothing more is applied",
+                  "max_lr_scalings": "learning-rate scalings per run",
+                  "lr_floor": "the learning rate never goes below this share of its initial value",
+                  "max_clip_tightenings": "clip-range tightenings per run",
+                  "min_clip": "eps_low / eps_high never go below this",
+                  "max_rollbacks": "rollbacks per run (each checkpoint is restored at most once)",
+                  "checkpoint_every": "steps between in-memory checkpoints of policy + optimizer while the state is ok"}
 CHANNEL_KEYS = {
     "slack": {"url": "incoming-webhook URL (secret: set ARLDIAG_ALERTS_SLACK_URL); empty = off",
               "min_severity": "lowest severity sent", "mention_severity": "lowest severity that mentions",
@@ -112,6 +121,7 @@ def defaults() -> dict[str, Any]:
     from arldiag.detectors.registry import REGISTRY
     from arldiag.detectors.risk import calibrated_risk
     from arldiag.monitor import Monitor
+    from arldiag.stabilize import Limits
 
     risk = calibrated_risk()  # the shipped defaults (fitted on dev runs by benchmarks/calibrate.py)
     mon = _signature_defaults(Monitor.__init__, MONITOR_KEYS)
@@ -122,6 +132,7 @@ def defaults() -> dict[str, Any]:
         "collector": {k: _plain(v) for k, v in _signature_defaults(Collector.__init__, COLLECTOR_KEYS).items()},
         "monitor": {k: _plain(v) for k, v in mon.items()},
         "risk": {f.name: _plain(getattr(risk, f.name)) for f in dataclasses.fields(risk)},
+        "stabilize": {"policy": "", **{f.name: getattr(Limits(), f.name) for f in dataclasses.fields(Limits)}},
         "detectors": {name: {"enabled": True, **{k: _plain(v) for k, v in d.params.items()}}
                       for name, d in REGISTRY.items()},
         "alerts": {
@@ -166,6 +177,7 @@ def render_default_file() -> str:
     section("collector", d["collector"], COLLECTOR_KEYS)
     section("monitor", d["monitor"], MONITOR_KEYS)
     section("risk", d["risk"], RISK_MEANINGS, ["Online risk: detectors' levels -> one risk -> alert state."])
+    section("stabilize", d["stabilize"], STABILIZE_KEYS, ["arldiag train --auto-stabilize: the policy's bounds."])
     for name, vals in d["detectors"].items():
         det = REGISTRY[name]
         section(f"detectors.{name}", vals, {"enabled": "run this detector", **PARAM_MEANINGS},
@@ -291,6 +303,15 @@ class Settings:
             out.append(EmailSink(e["host"], **{k: (v or None) if k in ("username", "password") else v
                                                for k, v in e.items() if k != "host"}))
         return out
+
+    def stabilize_policy(self) -> str | None:
+        """The [stabilize] policy (None when unset)."""
+        return self.values["stabilize"]["policy"] or None
+
+    def stabilize_limits(self):
+        from arldiag.stabilize import Limits
+
+        return Limits(**{k: v for k, v in self.values["stabilize"].items() if k != "policy"})
 
     def monitor(self, **kwargs: Any):
         """A Monitor with these detectors, risk settings and sinks (``kwargs`` go to Monitor and win)."""

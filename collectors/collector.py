@@ -338,6 +338,19 @@ class Collector:
                "evidence": json.dumps(evidence or {}, default=_json_default), "source": source}
         self._put("alerts", _row_table(arrow_schema("alerts"), row))
 
+    def record_action(self, step: int, action: str, params: Mapping | None = None, detector: str = "",
+                      state: str = "", risk: float = float("nan"), reason: str = "", policy: str = "",
+                      outcome: Mapping | None = None, evidence: Mapping | None = None) -> None:
+        """Append one row to the run's actions table (what arldiag.stabilize applied, and why)."""
+        import json
+
+        row = {"step": int(step), "time": _now_us(), "action": action,
+               "params": json.dumps(params or {}, default=_json_default), "detector": detector, "state": state,
+               "risk": float(risk), "reason": reason, "policy": policy,
+               "outcome": json.dumps(outcome or {}, default=_json_default),
+               "evidence": json.dumps(evidence or {}, default=_json_default)}
+        self._put("actions", _row_table(arrow_schema("actions"), row))
+
     def request_stop(self, reason: str) -> None:
         """Ask the trainer to stop (it reads ``should_stop``)."""
         self.should_stop = True

@@ -42,6 +42,7 @@ class ArldiagGRPOMixin:
     """Put before ``GRPOTrainer`` in the bases; set ``arldiag_collector`` (or use ``instrument``/``attach``)."""
 
     arldiag_collector: Any = None
+    arldiag_stabilizer: Any = None  # trl_stabilize.attach_stabilizer
     _arldiag_capture: list | None = None
     _arldiag_rewards: Any = None
     _arldiag_gen_calls: int = 0
@@ -145,6 +146,10 @@ class ArldiagGRPOMixin:
         metrics = {k: float(v) for k, v in logs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
                    and math.isfinite(float(v))}
         col.record_step(int(self.state.global_step), metrics)
+        stab = self.arldiag_stabilizer  # collectors/trl_stabilize.py: act before the next optimizer step
+        res = getattr(col.monitor, "last_result", None) if stab is not None else None
+        if res is not None and res.step == int(self.state.global_step):
+            col._guard("auto-stabilize", stab.on_result, res)
         if col.should_stop:
             self.control.should_training_stop = True
 

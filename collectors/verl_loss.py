@@ -22,6 +22,9 @@ says so once) and the loss is verl's, unchanged. Steps: verl does not pass the t
 is one call of the worker's ``update_actor`` (found on the call stack; counted from 1 like verl's ``global_steps``),
 or what ``set_step(n)`` said last (custom loops, tests). Loss calls outside both (verl's eval-mode loss) are not
 recorded.
+
+Auto-stabilize: ``$ARLDIAG_AUTO_STABILIZE`` (a policy name or module:function) attaches a Monitor and a
+Stabilizer whose only lever is the neg-adv low-IS mask applied inside this loss (``VerlControls``).
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ from typing import Any
 LOSS_MODE = "arldiag"
 INNER_ENV = "ARLDIAG_VERL_INNER_LOSS"
 RUN_ENV = "ARLDIAG_RUN"
+STABILIZE_ENV = "ARLDIAG_AUTO_STABILIZE"  # a policy name or module:function: VerlControls acts on the loss
 _CALLER_TENSORS = ("entropy", "ref_log_prob")
 
 
@@ -59,6 +63,8 @@ class VerlLossRecorder:
         self._metrics: dict[str, list[float]] = {}
         self._lock = threading.Lock()
         self._warned = False
+        self.nalis_delta: float | None = None   # set by --auto-stabilize (VerlControls): mask inside this loss
+        self.stabilizer: Any = None             # attach_stabilizer(): runs after each finished step
 
     # ------------------------------------------------------------------ step bookkeeping
     def set_step(self, step: int) -> None:
@@ -95,9 +101,18 @@ class VerlLossRecorder:
 
         low, high = band(config)
         rank, world = _rank()
-        self.collector = Collector(run_dir, config={"framework": "verl", "loss_mode": inner}, clip=(low, high),
+        policy = os.environ.get(STABILIZE_ENV)
+        monitor = None
+        if policy:  # --auto-stabilize for verl: the Monitor's state drives the policy (VerlControls)
+            from arldiag.monitor import Monitor
+
+            monitor = Monitor(sinks=("console", "store"))
+        self.collector = Collector(run_dir, config={"framework": "verl", "loss_mode": inner,
+                                                    "auto_stabilize": policy or None}, clip=(low, high),
                                    algorithm=inner, rank=rank, world_size=world, flush_every=1,
-                                   dual_clip_c=float(_get(config, "clip_ratio_c", 3.0)))
+                                   dual_clip_c=float(_get(config, "clip_ratio_c", 3.0)), monitor=monitor)
+        if policy:
+            attach_stabilizer(self, policy)
         # Ray may end a worker without running exit handlers: steps are published as they finish (flush_every=1);
         # the last step is finalised by close(), at exit when the process exits normally
         import atexit
@@ -111,8 +126,14 @@ class VerlLossRecorder:
         its own defaults, e.g. GSPO's seq-mean-token-mean), then the recording."""
         from verl.trainer.ppo.core_algos import get_policy_loss_fn
 
+        loss_mask = response_mask
+        if self.nalis_delta is not None:  # the neg-adv low-IS mask (ARLArena), switched on by a stabilizing policy
+            from arldiag.trainer.losses import nalis_sample_mask
+
+            keep = nalis_sample_mask(log_prob, old_log_prob, advantages, response_mask, self.nalis_delta)
+            loss_mask = response_mask * keep[:, None].to(response_mask.dtype)
         pg_loss, pg_metrics = get_policy_loss_fn(inner)(
-            old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages, response_mask=response_mask,
+            old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages, response_mask=loss_mask,
             **kwargs)
         extra = _caller_tensors(response_mask.shape)
         col = self._open(kwargs.get("config"), inner)
@@ -146,6 +167,9 @@ class VerlLossRecorder:
         metrics = {k: _mean(v) for k, v in self._metrics.items() if v}
         self._metrics = {}
         self.collector.record_step(self.step, {k: v for k, v in metrics.items() if v is not None})
+        res = getattr(getattr(self.collector, "monitor", None), "last_result", None)
+        if self.stabilizer is not None and res is not None and res.step == self.step:
+            self.collector._guard("auto-stabilize", self.stabilizer.on_result, res)
 
     def close(self) -> None:
         with self._lock:
@@ -167,6 +191,38 @@ def _mean(values: list) -> float | None:
                                   for v in values]).mean())
     except (RuntimeError, TypeError, ValueError):  # not scalars: not a metric arldiag can average
         return None
+
+
+class VerlControls:
+    """--auto-stabilize for verl: only what the policy loss can change on its own. verl hands the loss function the
+    four tensors and the actor config; the optimizer and the scheduler live in the FSDP/Megatron worker, out of the
+    loss's reach, so the learning rate, a rollback and a stop are not supported. Each rank decides on the metrics of
+    its own micro-batches (its own collector and monitor)."""
+
+    supports = frozenset({"nalis_mask"})
+
+    def __init__(self, recorder: "VerlLossRecorder") -> None:
+        self.recorder = recorder
+
+    def settings(self) -> dict[str, Any]:
+        d = self.recorder.nalis_delta
+        return {"nalis_mask": d is not None, "nalis_delta": float("inf") if d is None else float(d)}
+
+    def set_nalis_mask(self, delta: float) -> dict:
+        before = self.recorder.nalis_delta
+        self.recorder.nalis_delta = float(delta)
+        return {"before": {"nalis_delta": before}, "after": {"nalis_delta": float(delta)}}
+
+
+def attach_stabilizer(recorder: "VerlLossRecorder", policy: Any = "default", limits: Any = None) -> Any:
+    """Run ``policy`` after each step the recorder finishes (its collector needs a Monitor)."""
+    from arldiag.stabilize import Stabilizer
+
+    col = recorder.collector
+    if col is None or getattr(col, "monitor", None) is None:
+        raise ValueError("attach_stabilizer: the recorder needs a collector with a monitor")
+    recorder.stabilizer = Stabilizer(policy, VerlControls(recorder), record=col.record_action, limits=limits)
+    return recorder.stabilizer
 
 
 def _get(config: Any, key: str, default: Any) -> Any:

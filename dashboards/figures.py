@@ -154,9 +154,10 @@ def turn_heatmap_figure(df: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def timeline_figure(timelines: Mapping[str, pd.DataFrame], findings_steps: Mapping[str, list[int]] | None = None
-                    ) -> go.Figure:
-    """Collapse risk per step for each run, markers coloured by alert state."""
+def timeline_figure(timelines: Mapping[str, pd.DataFrame], findings_steps: Mapping[str, list[int]] | None = None,
+                    actions: pd.DataFrame | None = None) -> go.Figure:
+    """Collapse risk per step for each run, markers coloured by alert state; a dotted line with its label at each
+    step where --auto-stabilize acted (``actions``: the first run's actions table)."""
     if not timelines or all(t is None or t.empty for t in timelines.values()):
         return message_figure("no alert timeline (detectors unavailable or no steps yet)")
     fig = go.Figure()
@@ -169,6 +170,12 @@ def timeline_figure(timelines: Mapping[str, pd.DataFrame], findings_steps: Mappi
                                  line=dict(color=RUN_COLORS[ri % len(RUN_COLORS)], width=1.5),
                                  marker=dict(size=6, color=[colors.get(s, "#888") for s in t["state"].astype(str)]),
                                  text=t["state"], hovertemplate="step %{x}<br>risk %{y:.2f}<br>%{text}"))
+    if actions is not None and not actions.empty:
+        for step, grp in actions.groupby("step", sort=True):
+            label = "+".join(str(a) for a in grp["action"])
+            fig.add_vline(x=int(step), line=dict(color="#2060c0", dash="dot", width=1.5))
+            fig.add_annotation(x=int(step), y=1.05, text=label, showarrow=False, yanchor="bottom",
+                               font=dict(color="#2060c0", size=11), name=f"action-{int(step)}")
     fig.update_layout(**LAYOUT, height=280, title="collapse risk (marker colour: alert state)",
                       yaxis=dict(range=[0, 1.05], title="risk"), xaxis_title="step")
     return fig

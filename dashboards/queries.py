@@ -231,15 +231,26 @@ def turn_heatmap(run: Any, max_steps: int = 200, max_turns: int = 50) -> pd.Data
         group by all order by 1, 2""", [int(lo), k, int(max_turns)])
 
 
-def alerts(run: Any, limit: int = 500) -> pd.DataFrame:
-    """Alerts the run's monitor (or `arldiag watch`) wrote, newest last."""
-    cols = columns(run, "alerts")
-    want = ["step", "detector", "severity", "state", "risk", "title", "message", "source"]
+def _event_rows(run: Any, table: str, want: list[str], limit: int) -> pd.DataFrame:
+    """Rows of an event table (alerts, actions) by step then time; columns an older store lacks come back null."""
+    cols = columns(run, table)
     if "step" not in cols:
         return pd.DataFrame(columns=want)
     sel = ", ".join(q(c) if c in cols else f"null as {q(c)}" for c in want)
     order = "step, time" if "time" in cols else "step"
-    return fetch(run, f"select {sel} from alerts order by {order} limit $1", [int(limit)])
+    return fetch(run, f"select {sel} from {table} order by {order} limit $1", [int(limit)])
+
+
+def alerts(run: Any, limit: int = 500) -> pd.DataFrame:
+    """Alerts the run's monitor (or `arldiag watch`) wrote, newest last."""
+    return _event_rows(run, "alerts", ["step", "detector", "severity", "state", "risk", "title", "message", "source"],
+                       limit)
+
+
+def actions(run: Any, limit: int = 500) -> pd.DataFrame:
+    """What --auto-stabilize applied (the actions table), by step."""
+    return _event_rows(run, "actions", ["step", "action", "params", "detector", "state", "risk", "reason", "policy"],
+                       limit)
 
 
 def state_segments(timeline: pd.DataFrame) -> list[tuple[int, int, str]]:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from arldiag.dashboards.security import resolve_run
 
 MAX_DEPTH = 3  # run dirs are found at most this deep under the root (root/sweep/seed0/run.json is depth 2)
-TABLE_DIRS = ("tokens", "sequences", "turns", "groups", "steps", "alerts")
+TABLE_DIRS = ("tokens", "sequences", "turns", "groups", "steps", "alerts", "actions")
 
 
 def discover_runs(root: Path) -> list[str]:

@@ -22,11 +22,12 @@ def render_alerts(source: RunSource, runs: Sequence[str]) -> tuple[Any, list, li
         timelines[name] = t
         if note:
             notes.append(note)
-    fig = figures.timeline_figure(timelines)
+    acted = source.cached(runs[0], ("actions",), queries.actions)
+    fig = figures.timeline_figure(timelines, actions=acted)
     found, reason = source.cached(runs[0], ("findings",), detectors_bridge.findings)
     cards = finding_cards(found, reason or (notes[0] if notes else ""))
     stored = source.cached(runs[0], ("alerts",), queries.alerts)
-    return fig, cards, alert_rows(stored)
+    return fig, cards, alert_rows(stored) + action_rows(acted)
 
 
 def finding_cards(found: list[dict], reason: str = "") -> list:
@@ -66,6 +67,18 @@ def _card(f: dict) -> Any:
         html.P([html.B("Recommendation: "), f.get("recommendation") or "-"]),
         html.Details([html.Summary("evidence"), html.Pre(detectors_bridge.evidence_text(f.get("evidence")))]),
     ])
+
+
+def action_rows(df) -> list:
+    """The auto-stabilize actions of the run (nothing when it was not stabilized)."""
+    if df is None or df.empty:
+        return []
+    head = ["step", "action", "params", "detector", "state", "reason", "policy"]
+    body = [html.Tr([html.Td("" if v is None else str(v)) for v in (r[c] for c in head)])
+            for r in df.tail(200).to_dict("records")]
+    return [html.H4("Actions taken (auto-stabilize)"),
+            html.Table([html.Thead(html.Tr([html.Th(h) for h in head])), html.Tbody(body)], className="actions",
+                       id="actions-table")]
 
 
 def alert_rows(df) -> list:

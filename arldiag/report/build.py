@@ -52,6 +52,7 @@ class RunReport:
     turns: pd.DataFrame | None = None
     offenders: list[D.Offender] = field(default_factory=list)
     alerts: pd.DataFrame | None = None        # alerts recorded while the run was written (first 50)
+    actions: pd.DataFrame | None = None       # what --auto-stabilize applied (first 50)
     window: tuple[int, int] | None = None     # steps the offenders were taken from
     clip: list[float] | None = None
     seq_clip: list[float] | None = None
@@ -109,7 +110,8 @@ def gather(run: Any, analyse: Analyse = detector_analysis, name: str | None = No
     steps = D.step_frame(sub, name)
     v = verdict(found, collapse, timeline, registry_lagging(), n_steps=len(steps))
     cols = S.resolve(S.ALL_SIGNALS, D.columns_with_data(steps))
-    rows = {t: D.table_rows(sub, t, name) for t in ("tokens", "sequences", "turns", "groups", "steps", "alerts")}
+    rows = {t: D.table_rows(sub, t, name) for t in ("tokens", "sequences", "turns", "groups", "steps", "alerts",
+                                                     "actions")}
     clip, seq_clip = manifest.get("clip"), manifest.get("seq_clip")
     rep = RunReport(name=name, path=str(getattr(sub, "paths", {}).get(name, "")), manifest=manifest, steps=steps,
                     cols=cols, findings=found, timeline=timeline, verdict=v, recommendations=recommendations(found, settings_of(manifest)),
@@ -127,6 +129,7 @@ def gather(run: Any, analyse: Analyse = detector_analysis, name: str | None = No
     tick(f"{name}: turns")
     rep.turns = D.turn_summary(sub, name, D.log_band(seq_clip or clip))
     rep.alerts = D.alerts_frame(sub, name)
+    rep.actions = D.actions_frame(sub, name)
 
     tick(f"{name}: offender sequences")
     rep.window = _offender_window(v, w)

@@ -86,6 +86,14 @@ def alerts_frame(run: Any, name: str, limit: int = 50) -> pd.DataFrame | None:
                           order by step, time limit {int(limit)}""", [name])
 
 
+def actions_frame(run: Any, name: str, limit: int = 50) -> pd.DataFrame | None:
+    """What --auto-stabilize applied (the actions table), by step; None when nothing was applied."""
+    if table_rows(run, "actions", name) == 0:
+        return None
+    return query(run, f"""select step, action, params, detector, state, reason, policy from actions where run = ?
+                          order by step, time limit {int(limit)}""", [name])
+
+
 # ---------------------------------------------------------------- IS-ratio heatmaps ------------------------------
 
 

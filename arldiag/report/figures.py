@@ -122,6 +122,9 @@ def timeline_figure(runs: Sequence, max_points: int) -> go.Figure | None:
         _vline(fig, v.collapse_step, "#c00000", "solid", f"collapse {v.collapse_step}")
     if v.first_precursor is not None:
         _vline(fig, v.first_precursor["step"], "#e07000", "dash", f"precursor {v.first_precursor['step']}")
+    if main.actions is not None:  # what --auto-stabilize did, one marker per step that acted
+        for step, grp in main.actions.groupby("step", sort=True):
+            _vline(fig, int(step), "#2060c0", "dot", "+".join(grp["action"]) + f" {int(step)}")
     for r in runs[1:]:
         if r.verdict.collapse_step is not None:
             _vline(fig, r.verdict.collapse_step, "#777777", "dot", f"{r.name} collapse")

@@ -105,6 +105,17 @@ def _alerts(rep) -> str:
     return out
 
 
+def _actions(rep) -> str:
+    line = T.actions_line(rep)
+    if line is None:
+        return ""
+    return (f'<h3 id="actions">Actions taken (auto-stabilize)</h3><p>{esc(line)}</p><table class="actions"><tr>'
+            "<th>step</th><th>action</th><th>parameters</th><th>trigger</th><th>state</th><th>reason</th></tr>"
+            + "".join(f"<tr><td>{esc(a.step)}</td><td>{esc(a.action)}</td><td>{esc(a.params)}</td>"
+                      f"<td>{esc(a.detector)}</td><td>{esc(a.state)}</td><td>{esc(a.reason)}</td></tr>"
+                      for a in rep.actions.itertuples()) + "</table>")
+
+
 def _recommendations(rep) -> str:
     if not rep.recommendations:
         return '<p class="nodata">No recommendation: no detector fired.</p>'
@@ -242,12 +253,12 @@ def render_html(report, progress: Any = None) -> str:
             '<h2 id="verdict">Verdict</h2><div class="verdicts">' + "".join(_verdict(r) for r in runs) + "</div>"]
     tl = F.timeline_figure(runs, mp)
     body.append('<h2 id="timeline">Timeline of key signals</h2><p class="muted">Shaded bands: alert state '
-                "(yellow watch, orange warning, red critical). Solid: this run"
+                "(yellow watch, orange warning, red critical); blue dotted lines: auto-stabilize actions. Solid: this run"
                 + (", dashed: baseline" if report.baseline else "") + ". Series are min-max downsampled to at most "
                 f"{mp} points; findings use the full data.</p>"
                 + (figs.div(tl) if tl is not None else _nodata("The run has no step metrics.")))
     tick()
-    body.append('<h2 id="findings">Findings</h2>' + _findings_table(rep) + _alerts(rep))
+    body.append('<h2 id="findings">Findings</h2>' + _findings_table(rep) + _alerts(rep) + _actions(rep))
     body.append('<h2 id="recommendations">Recommendations</h2>' + _recommendations(rep))
     body.append('<h2 id="precursors">What moved before the collapse</h2>' + _precursors(rep))
     body.append('<h2 id="dimensions">The four ARLArena dimensions</h2>'

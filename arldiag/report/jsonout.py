@@ -28,6 +28,7 @@ def run_dict(rep) -> dict[str, Any]:
         "signals": dict(rep.cols),
         "rows": dict(rep.rows),
         "alerts": [] if rep.alerts is None else rep.alerts.to_dict("records"),
+        "actions": [] if rep.actions is None else rep.actions.to_dict("records"),
         "neg_adv_low_is": None if c is None else {
             "labels": list(c.labels), "windows": [list(w) for w in c.windows],
             "metrics": {k: {"before": x, "at": y} for k, (x, y) in c.rows.items()}},

@@ -80,6 +80,10 @@ def render_markdown(report) -> str:
     if skipped:
         L += ["Skipped (missing data): " + "; ".join(f"{f.detector} ({f.skipped_reason})" for f in skipped), ""]
     L += [T.alerts_line(rep), ""]
+    if T.actions_line(rep) is not None:
+        L += ["### Actions taken (auto-stabilize)", "", T.actions_line(rep), ""]
+        L += _table(["step", "action", "parameters", "trigger", "state", "reason"],
+                    [[int(a.step), a.action, a.params, a.detector, a.state, a.reason] for a in rep.actions.itertuples()])
     L += ["## Key signals", ""]
     keys = [s.key for p in S.TIMELINE for s in p.signals if any(s.key in r.cols for r in report.runs)]
     if keys:

@@ -108,6 +108,16 @@ def alerts_line(rep) -> str:
     return f"{what} recorded while the run was written; the first at step {first}."
 
 
+def actions_line(rep) -> str | None:
+    """One sentence on what --auto-stabilize did; None when the run was not stabilized."""
+    if rep.actions is None or not len(rep.actions):
+        return None
+    a = rep.actions
+    done = ", ".join(f"{x.action} at step {int(x.step)} ({x.detector or 'no finding'}, state {x.state})"
+                     for x in a.itertuples())
+    return f"Auto-stabilize ({a['policy'].iloc[0]}) applied {len(a)} action{'s' * (len(a) != 1)}: {done}."
+
+
 def precursor_intro(rep) -> str | None:
     """The sentence above the precursor table; None when the run did not collapse."""
     if rep.precursors is None:

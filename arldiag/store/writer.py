@@ -31,7 +31,7 @@ log = logging.getLogger("arldiag")
 PART_RE = re.compile(r"rank(\d+)-part(\d+)\.parquet$")
 # Rows buffered per table before a part is published even without a flush request.
 PART_ROWS = {"tokens": 2_000_000, "sequences": 500_000, "turns": 500_000, "groups": 200_000, "steps": 50_000,
-             "alerts": 10_000}
+             "alerts": 10_000, "actions": 10_000}
 MAX_RETRY_FACTOR = 4  # keep at most this many parts' worth of failed rows for retry, then drop (counted)
 
 

@@ -109,6 +109,10 @@ class TrainConfig:
     monitor: str = _f("off", "online collapse alerts while training: off | alert (console + the run's alerts table) "
                              "| stop (also stop the run when the alert state turns critical)",
                       ("off", "alert", "stop"))
+    auto_stabilize: Optional[str] = _f(None, "act on the monitor's alerts while training (README, Auto-stabilize): off, "
+                                       "a registered policy (default, conservative) or module:function; the "
+                                       "monitor runs in alert mode. Unset: the [stabilize] policy of arldiag.toml if "
+                                       "that file sets one, else off")
 
     def resolved_nalis_mask(self) -> bool:
         return (self.algo == "sampo") if self.nalis_mask is None else bool(self.nalis_mask)
@@ -150,6 +154,13 @@ class TrainConfig:
         for name in ("rollout_lag", "eval_every", "eval_tasks", "weight_decay", "eval_temperature", "format_penalty"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.auto_stabilize not in (None, "off"):
+            from arldiag.stabilize import resolve_policy
+
+            resolve_policy(self.auto_stabilize)  # a one-line error for an unknown name or module:function
+            if self.monitor == "stop":
+                raise ValueError("auto_stabilize: use --monitor alert (or leave it off) with --auto-stabilize; "
+                                 "the policy decides when to stop")
         if not 0.0 <= self.bc_noise <= 1.0:
             raise ValueError(f"bc_noise must be in [0, 1], got {self.bc_noise!r}")
         return self

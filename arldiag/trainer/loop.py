@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import time
 from collections import deque
 from typing import Any, Callable, Optional
@@ -104,12 +105,42 @@ def open_collector(cfg: TrainConfig, logp_old_source: str = "recompute") -> Any:
         "note": ("tolerant loss: ratios are diagnosed against the reference GRPO band, not the loss's own bounds"
                  if cfg.algo in TOLERANT_ALGOS else "the loss's own clip bounds")}
     monitor = None
-    if cfg.monitor != "off":  # the same detectors as `arldiag detect`, evaluated as each step completes
+    if cfg.monitor != "off" or stabilize_policy(cfg):  # the same detectors as `arldiag detect`, per step
         monitor = arldiag.Monitor(sinks=("console", "store"), stop_on="critical" if cfg.monitor == "stop" else None)
     return arldiag.Collector(cfg.out, config=config, clip=token_clip, seq_clip=seq_clip,
                              name=cfg.name or cfg.out.rstrip("/").split("/")[-1], algorithm=cfg.algo,
                              token_sample_rate=cfg.token_sample_rate, neg_adv_delta=cfg.nalis_delta,
                              monitor=monitor)
+
+
+def stabilize_policy(cfg: TrainConfig) -> str | None:
+    """The --auto-stabilize policy, else the [stabilize] policy of arldiag.toml when the flag is unset; None: off."""
+    if cfg.auto_stabilize is not None:
+        return None if cfg.auto_stabilize == "off" else cfg.auto_stabilize
+    from arldiag.settings import CONFIG_ENV, DEFAULT_FILE, load
+
+    if not (os.environ.get(CONFIG_ENV) or os.path.isfile(DEFAULT_FILE)):
+        return None
+    return load().stabilize_policy()
+
+
+def open_stabilizer(cfg: TrainConfig, col: Any, model: Any, optimizer: Any, sampler: Any,
+                    log: Callable[[str], None]) -> Any:
+    """The Stabilizer acting on this run (None when --auto-stabilize is off). It needs the collector's Monitor."""
+    policy = stabilize_policy(cfg)
+    if policy is None:
+        return None
+    if getattr(getattr(col, "monitor", None), "on_step", None) is None:
+        log("auto-stabilize: the collector has no monitor, so no policy runs")
+        return None
+    from arldiag.settings import CONFIG_ENV, DEFAULT_FILE, load
+    from arldiag.stabilize import Limits, Stabilizer
+    from arldiag.trainer.stabilize import TrainerControls
+
+    limits = (load().stabilize_limits() if os.environ.get(CONFIG_ENV) or os.path.isfile(DEFAULT_FILE)
+              else Limits())
+    controls = TrainerControls(cfg, model, optimizer, sampler)
+    return Stabilizer(policy, controls, record=getattr(col, "record_action", None), limits=limits, log_fn=log)
 
 
 # --- rewards and advantages ------------------------------------------------------------------------------------------
@@ -249,7 +280,6 @@ def is_eval_step(cfg: TrainConfig, step: int) -> bool:
 
 def save_tokenizer(codec: TokenCodec, out: str) -> None:
     """``OUT/tokenizer.json`` (the tokenizers library's format) so that readers can decode token ids to text."""
-    import os
 
     backend = getattr(codec.tokenizer, "backend_tokenizer", None)
     if backend is not None:
@@ -262,7 +292,7 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
           log: Callable[[str], None] = print) -> dict[str, Any]:
     """Train with ``cfg``; returns {"history": [step metrics...], "wall_s": ...}. ``collector`` defaults to an
     arldiag.Collector writing to cfg.out (pass NullCollector() to record nothing)."""
-    cfg.validate()
+    cfg = dataclasses.replace(cfg).validate()  # a copy: --auto-stabilize changes settings of this run only
     t_start = time.perf_counter()
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
@@ -283,7 +313,6 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     envs = [env_factory() for _ in range(cfg.n_tasks * cfg.group_size)]
     eval_envs = [env_factory() for _ in range(cfg.eval_tasks)] if cfg.eval_every > 0 else []
-    use_nalis = cfg.resolved_nalis_mask()
 
     history: list[dict[str, float]] = []
     next_sample_id = 0
@@ -291,6 +320,7 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
         collector = open_collector(cfg, logp_old_source)
         save_tokenizer(codec, cfg.out)
     with collector as col:
+        stabilizer = open_stabilizer(cfg, col, model, optimizer, sampler, log)
         for step in range(cfg.steps):
             t0 = time.perf_counter()
             eval_metrics = evaluate(model, eval_envs, codec, cfg, layout, max_turns) if is_eval_step(cfg, step) else {}
@@ -384,7 +414,7 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
                         update += 1
             t_update = time.perf_counter() - t1
             # 5. step metrics -----------------------------------------------------------------------------------
-            metrics = step_metrics(episodes, batch, keep_episode, groups, update_stats, cfg, use_nalis)
+            metrics = step_metrics(episodes, batch, keep_episode, groups, update_stats, cfg, cfg.resolved_nalis_mask())
             metrics.update(eval_metrics)
             metrics.update(eval_s=t_eval, rollout_s=t_rollout, update_s=t_update, step_s=time.perf_counter() - t0)
             col.record_step(step, metrics=metrics)
@@ -395,17 +425,27 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
                 f"nalis {metrics['nalis_masked_frac']:.3f} {metrics['step_s']:.1f}s"
                 + (f" | eval success {eval_metrics['eval_success']:.3f} valid {eval_metrics['eval_valid_format']:.3f}"
                    if eval_metrics else ""))
+            if stabilizer is not None:  # act on this step's alert state before the next rollout
+                res = getattr(col.monitor, "last_result", None)
+                if res is not None and res.step == step:
+                    stabilizer.on_result(res)
+                if stabilizer.stopped:
+                    log(f"auto-stabilize stopped the run at step {step}: {stabilizer.target.stop_reason}")
+                    break
             if getattr(col, "should_stop", False):
                 log(f"collector asked to stop at step {step}")
                 break
+    if stabilizer is not None:
+        log(stabilizer.summary())
     if cfg.save_model:
-        import os
 
         folder = os.path.join(cfg.out, "model")
         model.save_pretrained(folder)
         codec.tokenizer.save_pretrained(folder)
     return {"history": history, "wall_s": time.perf_counter() - t_start, "layout": layout,
-            "logp_old_source": logp_old_source}
+            "logp_old_source": logp_old_source,
+            "actions": [] if stabilizer is None else [dict(step=t.step, action=t.action.kind, detector=t.action.detector,
+                                                           params=dict(t.action.params)) for t in stabilizer.history]}
 
 
 def step_metrics(episodes: list[Episode], batch: Batch, keep_episode: np.ndarray, groups: np.ndarray,

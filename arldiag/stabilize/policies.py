@@ -1,0 +1,132 @@
+"""Built-in stabilizing policies, registered through the same hook a user's policy uses.
+
+    from arldiag.stabilize import register_policy, Action
+
+    @register_policy("mine")
+    def mine(s):                       # s: Situation -> list of Action
+        if s.state == "critical":
+            return [Action("lr_scale", {"factor": 0.5}, detector=s.top or "", reason="critical")]
+        return []
+
+``arldiag train --auto-stabilize NAME`` picks a registered policy; ``--auto-stabilize package.module:function``
+imports a user's function (no registration needed); ``[stabilize] policy = ...`` in arldiag.toml does the same.
+
+The default policy was designed on the dev seeds (0-2) of the suite's collapsing CISPO setting, where the
+neg-adv low-IS mask alone kept every seed learning (sample_runs/README.md) and the collapse of seed 0 shows as a
+critical ppo_kl_spike one step before format and success fall to zero (a rollback is the only lever left then).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+from arldiag.stabilize.actions import Action, Policy, Situation
+
+POLICIES: dict[str, Policy] = {}
+
+# Findings that mean "the update is too far off-policy" (ARLArena: negative-advantage low-IS sequences drive the
+# collapse of tolerant-clipping losses; KL and gradient spikes come with it): the low-IS mask and a smaller
+# step answer them.
+OFF_POLICY = ("neg_adv_low_is", "ppo_kl_spike", "clip_pressure", "kl_concentration", "grad_norm_spike",
+              "entropy_blowup", "nonfinite", "kl_ref_drift")
+# Findings that mean the policy itself has already broken: only a rollback brings the weights back.
+BROKEN = ("success_collapse", "format_collapse", "nonfinite")
+NALIS_DELTA = 3e-3     # ARLArena's scripts' delta (the documented 0.223 almost never fires at the suite's scale)
+LR_FACTOR = 0.5
+CLIP_FACTOR = 0.5
+STOP_AFTER = 10        # steps of unbroken critical state after the last rollback before the default policy stops
+
+
+def register_policy(name: str) -> Callable[[Policy], Policy]:
+    """Decorator: make ``fn`` available as ``--auto-stabilize NAME``."""
+    if not name or ":" in name:
+        raise ValueError(f"policy name must be non-empty and without ':', got {name!r}")
+
+    def deco(fn: Policy) -> Policy:
+        if not callable(fn):
+            raise ValueError(f"policy {name!r} must be callable, got {type(fn).__name__}")
+        POLICIES[name] = fn
+        return fn
+    return deco
+
+
+def resolve_policy(spec: str | Policy) -> Policy:
+    """A registered name, ``module:function``, or a callable -> the policy callable (one-line errors)."""
+    if callable(spec):
+        return spec
+    spec = str(spec).strip()
+    if ":" not in spec:
+        if spec not in POLICIES:
+            raise ValueError(f"auto_stabilize: unknown policy {spec!r}; registered: {', '.join(sorted(POLICIES))} "
+                             "(or give module:function)")
+        return POLICIES[spec]
+    module, _, attr = spec.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"auto_stabilize: cannot load {spec!r} ({type(exc).__name__}: {exc})") from None
+    if not callable(fn):
+        raise ValueError(f"auto_stabilize: {spec!r} is not callable")
+    return fn
+
+
+# ---- helpers -----------------------------------------------------------------------------------------------------
+_RANK = {"watch": 1, "warning": 2, "critical": 3}
+
+
+def leading(s: Situation, names: tuple[str, ...]) -> str | None:
+    """The most severe firing finding among ``names`` (ties: the leading detector, then catalog order)."""
+    hits = [n for n in names if n in s.findings]
+    if not hits:
+        return None
+    return max(hits, key=lambda n: (_RANK.get(s.findings[n].level, 0), n == s.top, -names.index(n)))
+
+
+def _why(s: Situation, name: str) -> str:
+    f = s.findings.get(name)
+    what = f"{name} {f.level}: {f.metric} = {f.value:.4g}" if f else name
+    return f"state {s.state} at step {s.step} ({what})"
+
+
+# ---- built-in policies ---------------------------------------------------------------------------------------------
+@register_policy("default")
+def default_policy(s: Situation) -> list[Action]:
+    """warning+ with an off-policy finding: switch on the neg-adv low-IS mask (delta 3e-3), or, with the mask
+    already on, tighten the clip range by half. critical: roll back to the last ok checkpoint and halve the
+    learning rate. Still critical STOP_AFTER steps after the last rollback with no ok checkpoint left: stop."""
+    if s.state not in ("warning", "critical"):
+        return []
+    out: list[Action] = []
+    cause = leading(s, OFF_POLICY)
+    if cause is not None:
+        if not s.settings.get("nalis_mask"):
+            out.append(Action("nalis_mask", {"delta": NALIS_DELTA}, cause, _why(s, cause)))
+        elif s.state == "critical" and not s.settings.get("seq_clip"):
+            out.append(Action("clip", {"factor": CLIP_FACTOR}, cause, _why(s, cause)))
+    if s.state == "critical":
+        cause = leading(s, BROKEN) or cause or s.top or ""
+        if s.checkpoint_step is not None:
+            out.append(Action("rollback", {}, cause, _why(s, cause) + f"; back to step {s.checkpoint_step}"))
+        out.append(Action("lr_scale", {"factor": LR_FACTOR}, cause, _why(s, cause)))
+        rollbacks = s.taken("rollback")
+        if (rollbacks and s.checkpoint_step is None and s.state_since <= s.step - STOP_AFTER
+                and rollbacks[-1].step <= s.step - STOP_AFTER):
+            out.append(Action("stop", {}, cause, _why(s, cause) + f"; critical since step {s.state_since} "
+                                                                    "and no ok checkpoint left"))
+    return out
+
+
+@register_policy("conservative")
+def conservative_policy(s: Situation) -> list[Action]:
+    """Never rolls back or stops: warning+ with an off-policy finding switches on the mask; critical also halves
+    the learning rate."""
+    if s.state not in ("warning", "critical"):
+        return []
+    out: list[Action] = []
+    cause = leading(s, OFF_POLICY)
+    if cause is not None and not s.settings.get("nalis_mask"):
+        out.append(Action("nalis_mask", {"delta": NALIS_DELTA}, cause, _why(s, cause)))
+    if s.state == "critical":
+        c = cause or s.top or ""
+        out.append(Action("lr_scale", {"factor": LR_FACTOR}, c, _why(s, c)))
+    return out
