@@ -9,8 +9,9 @@ Standard library only: the online Monitor uses it inside the training process.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 Config = Mapping[str, Any]
 
@@ -146,6 +147,24 @@ def settings_of(manifest: Mapping[str, Any] | None) -> dict[str, Any]:
     out = dict(m.get("config") or {})
     if m.get("algorithm") and "algo" not in out:
         out["algo"] = m["algorithm"]
+    return out
+
+
+def with_actions(settings: Mapping[str, Any], outcomes: Iterable[Any]) -> dict[str, Any]:
+    """The settings a run ended with: ``settings`` (its run.json config) with the ``after`` values of every
+    auto-stabilize action applied in order (the actions table's ``outcome`` JSON, e.g. ``{"after": {"nalis_mask":
+    true, "nalis_delta": 0.003}}``), so that advice does not recommend what the loop already switched on.
+    Outcomes without an ``after`` mapping (a rollback, a stop) or that are not valid JSON change nothing."""
+    out = dict(settings)
+    for o in outcomes:
+        if isinstance(o, str):
+            try:
+                o = json.loads(o)
+            except ValueError:
+                continue
+        after = o.get("after") if isinstance(o, Mapping) else None
+        if isinstance(after, Mapping):
+            out.update(after)
     return out
 
 

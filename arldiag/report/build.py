@@ -17,7 +17,7 @@ import pandas as pd
 from arldiag.findings import Finding
 from arldiag.report import data as D
 from arldiag.report import signals as S
-from arldiag.detectors.advice import settings_of
+from arldiag.detectors.advice import settings_of, with_actions
 from arldiag.detectors.precursors import precursor_scan
 from arldiag.report.dimensions import Section, sections
 from arldiag.report.recommend import Recommendation, recommendations
@@ -113,8 +113,10 @@ def gather(run: Any, analyse: Analyse = detector_analysis, name: str | None = No
     rows = {t: D.table_rows(sub, t, name) for t in ("tokens", "sequences", "turns", "groups", "steps", "alerts",
                                                      "actions")}
     clip, seq_clip = manifest.get("clip"), manifest.get("seq_clip")
+    # advice fits the settings the run ended with: run.json's config plus what --auto-stabilize switched on
+    settings = with_actions(settings_of(manifest), D.action_outcomes(sub, name) if rows["actions"] else [])
     rep = RunReport(name=name, path=str(getattr(sub, "paths", {}).get(name, "")), manifest=manifest, steps=steps,
-                    cols=cols, findings=found, timeline=timeline, verdict=v, recommendations=recommendations(found, settings_of(manifest)),
+                    cols=cols, findings=found, timeline=timeline, verdict=v, recommendations=recommendations(found, settings),
                     sections=sections(manifest, steps, cols, found), rows=rows, clip=clip, seq_clip=seq_clip)
 
     if collapse is not None:  # which recorded metrics moved 20..10 steps before the collapse (detectors.precursors)

@@ -94,6 +94,13 @@ def actions_frame(run: Any, name: str, limit: int = 50) -> pd.DataFrame | None:
                           order by step, time limit {int(limit)}""", [name])
 
 
+def action_outcomes(run: Any, name: str) -> list[str]:
+    """The ``outcome`` JSON of every auto-stabilize action, in the order applied (empty without actions)."""
+    if table_rows(run, "actions", name) == 0:
+        return []
+    return list(query(run, "select outcome from actions where run = ? order by step, time", [name])["outcome"])
+
+
 # ---------------------------------------------------------------- IS-ratio heatmaps ------------------------------
 
 

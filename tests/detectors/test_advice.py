@@ -69,3 +69,19 @@ def test_report_recommendations_fit_the_config():
     (full,) = recommendations([f], FULL)
     assert "add gradient clipping" in bare.text and "add gradient clipping" not in full.text
     assert recommendations([f])[0].text == REGISTRY["grad_norm_spike"].recommendation
+
+
+def test_advice_fits_the_settings_after_the_loops_actions():
+    """with_actions: run.json's config plus each action's ``after`` values, in order; a rollback (no ``after``) and a
+    malformed outcome change nothing; the mask the loop switched on is not recommended again."""
+    from arldiag.detectors.advice import with_actions
+
+    outcomes = ['{"to_step": 35}', '{"before": {"nalis_mask": false}, "after": {"nalis_mask": true, "nalis_delta": 0.003}}',
+                "not json", {"after": {"clip_low": 0.5, "clip_high": 0.1}},
+                '{"after": {"clip_low": 0.25, "clip_high": 0.05}}']
+    start = dict(BARE, clip_low=1.0, clip_high=0.2)
+    end = with_actions(start, outcomes)
+    assert end == dict(BARE, nalis_mask=True, nalis_delta=0.003, clip_low=0.25, clip_high=0.05)
+    assert start["nalis_mask"] is False  # the run's own config is not modified
+    assert "mask negative-advantage" not in advise("clip_pressure", end)
+    assert "mask negative-advantage" in advise("clip_pressure", start)

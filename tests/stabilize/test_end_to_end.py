@@ -95,3 +95,24 @@ def test_the_dashboard_shows_the_actions(stabilized_run):
     assert len(table) == 1
     cells = [[td.children for td in tr.children] for tr in table[0].children[1].children]
     assert [c[1] for c in cells] == ["rollback", "nalis_mask", "clip", "lr_scale"] and cells[0][0] == "2"
+
+
+def test_the_report_advises_on_the_settings_the_run_ended_with(stabilized_run):
+    """The forced policy switched on the mask (delta 0.01) and halved the clip: the settings the report's advice
+    reads are run.json's config with those values, so the mask is not recommended again."""
+    import arldiag
+    from arldiag.detectors.advice import advise, settings_of, with_actions
+    from arldiag.report import data as D
+
+    run = arldiag.open_run(str(stabilized_run))
+    try:
+        name = run.names[0]
+        start = settings_of(run.manifests[name])
+        end = with_actions(start, D.action_outcomes(run, name))
+    finally:
+        run.close()
+    assert start["nalis_mask"] is not True
+    assert end["nalis_mask"] is True and end["nalis_delta"] == 0.01
+    assert (end["clip_low"], end["clip_high"]) == (0.5, 0.1)
+    assert "mask negative-advantage" in advise("clip_pressure", start)
+    assert "mask negative-advantage" not in advise("clip_pressure", end)
