@@ -28,10 +28,12 @@ EARLY, EARLY_POINTS = 150, 0.25  # the issue's learning check: +25 points of eva
 def summarize(run_dir: Path) -> dict:
     import arldiag
     from arldiag.detectors.label import collapse_step_of
+    from arldiag.report.data import actions_frame
 
     run = arldiag.open_run(str(run_dir))
     try:
         df = run.df("select * from steps order by step")
+        acts = actions_frame(run, run.names[0], limit=10_000)  # the store reader's view of the actions table
     finally:
         run.close()
     meta = json.loads((run_dir / "run.json").read_text())
@@ -52,7 +54,9 @@ def summarize(run_dir: Path) -> dict:
     valid = col("valid_format_ratio")
     log = run_dir.with_suffix(".log")
     wall = re.search(r"done: \d+ steps in (\d+)s", log.read_text()) if log.exists() else None
-    return dict(actions=_actions(run_dir), auto=cfg.get("auto_stabilize"), name=run_dir.name, algo=meta.get("algorithm", cfg.get("algo", "?")), seed=cfg.get("seed"),
+    return dict(actions=[] if acts is None else list(zip(acts["step"].astype(int), acts["action"])),
+                auto=cfg.get("auto_stabilize"), name=run_dir.name, algo=meta.get("algorithm", cfg.get("algo", "?")),
+                seed=cfg.get("seed"),
                 split=cfg.get("split", "?"), nalis_mask=bool(cfg.get("nalis_mask")), steps=len(df),
                 start=float(ev[0]) if ev.size else float("nan"), peak=float(ev.max()) if ev.size else float("nan"),
                 peak_step=int(ev_steps[int(np.argmax(ev))]) if ev.size else None,
@@ -64,22 +68,10 @@ def summarize(run_dir: Path) -> dict:
                 wall_min=int(wall.group(1)) / 60 if wall else float("nan"))
 
 
-def _actions(run_dir: Path) -> list[tuple[int, str]]:
-    """(step, action) of every auto-stabilize action recorded in the run's ``actions`` table (empty without one)."""
-    import pyarrow.parquet as pq
-
-    parts = sorted((run_dir / "actions").glob("*.parquet")) if (run_dir / "actions").is_dir() else []
-    out = []
-    for part in parts:
-        t = pq.read_table(part, columns=["step", "action"]).to_pydict()
-        out += list(zip(t["step"], t["action"]))
-    return sorted(out)
-
-
 def stress_pairs(rows: list[dict]) -> str:
-    """Per seed: the run without and with --auto-stabilize (``NAME_sK`` and ``NAME_auto_sK``), side by side, with
-    the actions taken and what the loop changed: final and peak eval success of the stabilised run minus those of
-    the same seed without it."""
+    """Per seed: the run without and with --auto-stabilize (``NAME_sK`` and ``NAME_auto_sK``), side by side: peak,
+    final and collapse step of each, the final eval success of the stabilised run minus that of the same seed
+    without it, and the actions taken."""
     by = {r["name"]: r for r in rows}
     out = ["| seed (split) | without: peak / final / collapse | with: peak / final / collapse | final, with - without "
            "| actions (step: action) |", "|---|---|---|---|---|"]
