@@ -19,7 +19,7 @@ import warnings
 from typing import Any, Callable, Iterable, Mapping
 
 from arldiag.alerts import Alert, CallbackSink, ConsoleSink, StoreSink, WandbSink, WebhookSink
-from arldiag.detectors.advice import settings_of
+from arldiag.detectors.advice import settings_of, with_actions
 from arldiag.detectors.base import LEVELS
 from arldiag.detectors.engine import Evaluator, StepResult
 from arldiag.detectors.risk import RiskConfig
@@ -86,6 +86,11 @@ class Monitor:
             self.run = manifest.get("name")
         if not self._config_given:  # recommendations fit the run's own settings (run.json config)
             self.evaluator.config = settings_of(manifest)
+
+    def note_action(self, outcome: Mapping[str, Any] | None) -> None:
+        """An auto-stabilize action changed the run's settings (its outcome's ``after`` values): later advice fits
+        them, so a run the loop has masked is not told to add the mask (advice.with_actions)."""
+        self.evaluator.config = with_actions(self.evaluator.config, [outcome or {}])
 
     def on_step(self, step: int, metrics: Mapping[str, Any]) -> StepResult:
         res = self.evaluator.update(step, metrics)

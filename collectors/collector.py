@@ -350,6 +350,9 @@ class Collector:
                "outcome": json.dumps(outcome or {}, default=_json_default),
                "evidence": json.dumps(evidence or {}, default=_json_default)}
         self._put("actions", _row_table(arrow_schema("actions"), row))
+        note = getattr(self.monitor, "note_action", None)
+        if note is not None:  # the online advice fits the settings the action left (Monitor.note_action)
+            self._guard("monitor", note, outcome)
 
     def request_stop(self, reason: str) -> None:
         """Ask the trainer to stop (it reads ``should_stop``)."""

@@ -61,16 +61,16 @@ STRESS_RUNS: dict[str, tuple[str, dict]] = {
 }
 
 
-def stress_runs() -> dict[str, list[str]]:
+def stress_runs(seeds: tuple[int, ...] = SEEDS) -> dict[str, list[str]]:
     """run name -> the `arldiag train` argument list of the stress set (seed-major, like runs())."""
     return {f"{base}_s{seed}": train_args(f"{base}_s{seed}", algo, {**STRESS, **extra, "seed": seed})
-            for seed in SEEDS for base, (algo, extra) in STRESS_RUNS.items()}
+            for seed in seeds for base, (algo, extra) in STRESS_RUNS.items()}
 
 
-def runs() -> dict[str, list[str]]:
+def runs(seeds: tuple[int, ...] = SEEDS) -> dict[str, list[str]]:
     """run name -> the `arldiag train` argument list that produces it."""
     out: dict[str, list[str]] = {}
-    for seed in SEEDS:  # seed-major: a partial regeneration covers every algorithm first
+    for seed in seeds:  # seed-major: a partial regeneration covers every algorithm first
         for base, (algo, extra) in ALGORITHM_RUNS.items():
             name = f"{base}_s{seed}"
             out[name] = train_args(name, algo, {**SETTING, **extra, "seed": seed})
@@ -90,6 +90,20 @@ def train_args(name: str, algo: str, options: dict, root: str = "sample_runs") -
         else:
             args += [flag, str(value)]
     return args
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """'0-4' or '5,6,9' -> the seeds (argparse type: a bad value is an error naming --seeds)."""
+    try:
+        seeds: list[int] = []
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            seeds += range(int(lo), int(hi or lo) + 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds: expected e.g. 0-4 or 5,6,9, got {text!r}") from None
+    if not seeds or min(seeds) < 0:
+        raise argparse.ArgumentTypeError(f"--seeds: expected non-negative seeds, got {text!r}")
+    return tuple(seeds)
 
 
 def run_one(name: str, args: list[str], out: Path) -> tuple[str, int, float]:
@@ -113,8 +127,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", default=str(HERE), help="folder of the runs (default: sample_runs/)")
     p.add_argument("--set", choices=("suite", "stress"), default="suite",
                    help="the seeded suite (SETTING, six algorithms) or the stress set (CISPO at lr 2.5e-4)")
+    p.add_argument("--seeds", type=parse_seeds, default=SEEDS,
+                   help="seeds, e.g. 0-4 (default) or 5-14: every fifth-block repeats the split, seeds 5k..5k+2 dev "
+                        "and 5k+3..5k+4 held out")
     a = p.parse_args(argv)
-    table = runs() if a.set == "suite" else stress_runs()
+    table = runs(a.seeds) if a.set == "suite" else stress_runs(a.seeds)
     block = "suite-table" if a.set == "suite" else "stress-table"
     if a.what == "list":
         for name, args in table.items():

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from arldiag.detectors.advice import settings_of
+from arldiag.detectors.advice import settings_of, with_actions
 from arldiag.detectors.base import Detector
 from arldiag.detectors.engine import Evaluator
 from arldiag.detectors.label import EVAL_COLUMN, FORMAT_COLUMNS, SUCCESS_COLUMNS, run_events
@@ -61,10 +61,26 @@ def evaluate_run(run, name: str, names=None, risk: RiskConfig | None = None,
     timeline = []
     steps = [int(s) for s in df["step"].tolist()] if len(df) else []
     records = df[cols].to_dict("records") if cols else [{} for _ in steps]
+    pending = actions_of(run, name)  # [(step, outcome JSON)] of the auto-stabilize actions, in the order applied
     for step, rec in zip(steps, records):
+        # an action taken at step s changed the settings from step s + 1 on, as online (Monitor.note_action)
+        while pending and pending[0][0] < step:
+            ev.config = with_actions(ev.config, [pending.pop(0)[1]])
         r = ev.update(step, rec)
         timeline.append((step, r.risk, r.state, r.top))
     return RunEvaluation(name, ev, steps, timeline, df)
+
+
+def actions_of(run, name: str) -> list[tuple[int, str]]:
+    """[(step, outcome JSON)] of run ``name``'s auto-stabilize actions in the order applied; [] without any."""
+    try:
+        if not run.count("actions"):
+            return []
+        rows = run.con.execute("select step, outcome from actions where run = ? order by step, time",
+                               [name]).fetchall()
+    except Exception:  # noqa: BLE001 - a store without an actions view (older runs, imports) has no actions
+        return []
+    return [(int(s), o) for s, o in rows]
 
 
 def _series_evidence(df, metric: str) -> dict[str, list]:

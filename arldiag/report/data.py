@@ -96,9 +96,9 @@ def actions_frame(run: Any, name: str, limit: int = 50) -> pd.DataFrame | None:
 
 def action_outcomes(run: Any, name: str) -> list[str]:
     """The ``outcome`` JSON of every auto-stabilize action, in the order applied (empty without actions)."""
-    if table_rows(run, "actions", name) == 0:
-        return []
-    return list(query(run, "select outcome from actions where run = ? order by step, time", [name])["outcome"])
+    from arldiag.detectors.batch import actions_of
+
+    return [outcome for _, outcome in actions_of(run, name)]
 
 
 # ---------------------------------------------------------------- IS-ratio heatmaps ------------------------------

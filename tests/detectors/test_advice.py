@@ -85,3 +85,33 @@ def test_advice_fits_the_settings_after_the_loops_actions():
     assert start["nalis_mask"] is False  # the run's own config is not modified
     assert "mask negative-advantage" not in advise("clip_pressure", end)
     assert "mask negative-advantage" in advise("clip_pressure", start)
+
+
+def test_online_and_replayed_advice_follow_the_loops_actions(tmp_path):
+    """An action recorded at step 2 (mask on) changes the settings the advice reads from then on, online
+    (Collector.record_action -> Monitor.note_action) and in a replay of the store (batch.evaluate_run)."""
+    import arldiag
+    from arldiag.detectors.batch import actions_of, evaluate_run
+
+    mon = Monitor(sinks=[])
+    col = arldiag.Collector(tmp_path / "run", config=dict(BARE), monitor=mon, strict=True)
+    seen = []
+    for step in range(5):
+        col.record_step(step, {"success_rate": 0.5})
+        seen.append(mon.evaluator.config.get("nalis_mask"))
+        if step == 2:
+            col.record_action(step, "mask", {"delta": 0.003}, detector="neg_adv_low_is",
+                              outcome={"before": {"nalis_mask": False}, "after": {"nalis_mask": True,
+                                                                                  "nalis_delta": 0.003}})
+    col.close()
+    assert seen == [False, False, False, True, True]
+    assert "mask negative-advantage" not in advise("clip_pressure", mon.evaluator.config)
+
+    run = arldiag.open_run(str(tmp_path / "run"))
+    try:
+        name = run.names[0]
+        assert [s for s, _ in actions_of(run, name)] == [2]
+        replayed = evaluate_run(run, name)
+    finally:
+        run.close()
+    assert replayed.evaluator.config["nalis_mask"] is True and replayed.evaluator.config["nalis_delta"] == 0.003
