@@ -66,6 +66,7 @@ RISK_MEANINGS = {
     "exit_margin": "the risk must fall this far below a threshold to leave the state",
     "exit_steps": "steps below the threshold before leaving a state",
     "enter_steps": "consecutive steps above a threshold before entering a state",
+    "critical_steps": "consecutive steps at critical risk before entering critical (1 = at once)",
     "demote": "detectors whose level counts one lower in the risk (they warn only with a second signal)",
 }
 COLLECTOR_KEYS = {"token_sample_rate": "fraction of samples whose token rows are kept (anomalous rows always)",

@@ -14,8 +14,8 @@ collapses warned >= 10 steps ahead, R0 the share alarmed at or before the collap
 non-collapsing runs with a false-alarm episode, H the share of healthy steps in warning (the 1 % budget costs 0.05).
 
 1. Rule-based state: the detectors are replayed once per dev run (their per-step levels kept). Every RiskConfig of
-   the grid enter_steps x warning threshold x exit_steps is scored; from the best GREEDY_FROM of them, detectors are
-   *demoted* greedily (RiskConfig.demote: their level counts one lower in the risk, so they warn only with a second
+   the grid enter_steps x warning threshold x exit_steps x critical_steps is scored; from the best GREEDY_FROM of
+   them, detectors are *demoted* greedily (RiskConfig.demote: their level counts one lower in the risk, so they warn only with a second
    signal) while J rises by more than DEMOTE_COST per detector and neither R10 nor R0 falls; the best demotion set
    then gets the hysteresis grid again (ties: fewer enter/exit steps).
 2. Learned risk: an L2-regularised logistic regression (scipy.optimize, L-BFGS with the analytic gradient) over the
@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 PRE = 30          # positives: the PRE steps up to the collapse step
 L2 = 1.0
-GRID = dict(enter_steps=(1, 2, 3, 4), warning=(0.5, 0.6, 0.75), exit_steps=(3, 5, 8))
+GRID = dict(enter_steps=(1, 2, 3, 4), warning=(0.5, 0.6, 0.75), exit_steps=(3, 5, 8), critical_steps=(1, 2))
 GREEDY_FROM = 3   # grid points the demotion search starts from
 DEMOTE_COST = 0.02  # J a demotion must buy (about a third of one stable run of the 17 on dev): fewer, surer changes
 THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99)
@@ -121,11 +121,11 @@ def rule_states(runs, rc) -> list[list[str]]:
     return [[st for _, st in risk_series(r["levels"], rc)] for r in runs]
 
 
-def risk_config(enter_steps: int, warning: float, exit_steps: int, demote=()):
+def risk_config(enter_steps: int, warning: float, exit_steps: int, demote=(), critical_steps: int = 1):
     from arldiag.detectors.risk import RiskConfig
 
     return RiskConfig(enter=(0.25, warning, max(0.8, warning)), enter_steps=enter_steps, exit_steps=exit_steps,
-                      demote=tuple(sorted(demote)))
+                      demote=tuple(sorted(demote)), critical_steps=critical_steps)
 
 
 def _demote_greedy(runs, point: dict, s: dict, candidates) -> tuple[tuple[str, ...], dict]:
@@ -164,12 +164,13 @@ def fit_rules(runs) -> tuple[dict, dict]:
 
 
 def _grid(runs, demote) -> list[tuple]:
-    """[(key, point, summary)] over GRID, best first; key = (J, -enter_steps, -exit_steps)."""
+    """[(key, point, summary)] over GRID, best first; key = (J, -enter_steps, -exit_steps, -critical_steps)."""
     scored = []
-    for es, wt, xs in itertools.product(GRID["enter_steps"], GRID["warning"], GRID["exit_steps"]):
-        point = {"enter_steps": es, "warning": wt, "exit_steps": xs}
+    for es, wt, xs, cs in itertools.product(GRID["enter_steps"], GRID["warning"], GRID["exit_steps"],
+                                            GRID["critical_steps"]):
+        point = {"enter_steps": es, "warning": wt, "exit_steps": xs, "critical_steps": cs}
         s = score_states(runs, rule_states(runs, risk_config(**point, demote=demote)))
-        scored.append(((s["objective"], -es, -xs), point, s))
+        scored.append(((s["objective"], -es, -xs, -cs), point, s))
     return sorted(scored, key=lambda x: x[0], reverse=True)
 
 
@@ -305,7 +306,7 @@ def calibrate(runs, used_stand_in: bool = False, stand_in=(), apply: bool = Fals
            "heldout_runs": [r["name"] for r in held], "apply": bool(apply or not used_stand_in),
            "objective": "J = R10 + R0 - F - 5 H (benchmarks/calibrate.py)",
            "risk": {"enter_steps": chosen["enter_steps"], "enter": list(rc.enter), "exit_steps": chosen["exit_steps"],
-                    "demote": chosen["demote"]},
+                    "critical_steps": chosen["critical_steps"], "demote": chosen["demote"]},
            "fit": {"dev_fit_runs": len(fit_dev), "grid_points": math.prod(len(v) for v in GRID.values()),
                    "demote_cost": DEMOTE_COST, "dev_rules_chosen": _fig(dev_rules),
                    "dev_rules_previous_default": _fig(previous), "dev_learned": _fig(dev_learned)},

@@ -132,7 +132,8 @@ def docs_section(out: dict, runs: list[dict], pr: dict, source: str) -> str:
         "",
         f"**Chosen on dev** ({fit['dev_fit_runs']} dev runs without planted faults; {fit['grid_points']} grid points, "
         f"then greedy demotion, each demotion buying > {fit['demote_cost']} of J): enter_steps {risk['enter_steps']}, "
-        f"warning threshold {risk['enter'][1]}, exit_steps {risk['exit_steps']}, demoted detectors (count one level "
+        f"warning threshold {risk['enter'][1]}, exit_steps {risk['exit_steps']}, critical_steps "
+        f"{risk.get('critical_steps', 1)}, demoted detectors (count one level "
         f"lower in the risk): {', '.join(f'`{x}`' for x in risk['demote']) or 'none'}. Learned risk: alarm threshold "
         f"{model['threshold']}, {model['positives']} positive and {model['negatives']} negative dev steps.",
         "",

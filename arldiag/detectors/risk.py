@@ -4,7 +4,8 @@ risk_t = 1 - prod_d (1 - score(level_{d,t}))   (noisy-OR: independent pieces of 
 "warning" alone gives a warning-level risk; watch-level signals stay "watch" until three agree at one step:
 1 - 0.78^2 = 0.39, 1 - 0.78^3 = 0.53). The state enters watch or warning once risk has reached the level's
 threshold on enter_steps consecutive steps (a one-step blip of a noisy metric raises nothing; the "for:" clause of
-Prometheus alert rules), critical at once (a 40-fold KL spike or a NaN must not wait), and leaves a level only after
+Prometheus alert rules), critical after critical_steps steps of critical risk (1 by default: a 40-fold KL spike or
+a NaN must not wait; the calibration may ask for 2), and leaves a level only after
 risk has stayed below (threshold - exit_margin) for exit_steps consecutive steps, so a noisy metric does not flap.
 """
 from __future__ import annotations
@@ -28,6 +29,9 @@ class RiskConfig:
     # 2: on the 13 sample runs of seeds 0 and 1, 11 -> 8 false-alarm episodes, leads 0-1 step shorter
     # (docs/detectors.md "Results on the first sample runs")
     enter_steps: int = 2
+    # consecutive steps at critical risk before the state turns critical; 1 = at once (a NaN must not wait). 2 asks
+    # a one-step KL spike, common on healthy runs of the suite, to last or to be joined by a second signal
+    critical_steps: int = 1
     # detectors whose level counts one lower in the risk (a warning of theirs alone is only "watch"; with a second
     # signal it still warns): the false-alarm sources on the dev runs, chosen by benchmarks/calibrate.py
     demote: tuple[str, ...] = ()
@@ -39,6 +43,8 @@ class RiskConfig:
             raise ValueError(f"exit_steps must be >= 1, got {self.exit_steps}")
         if self.enter_steps < 1:
             raise ValueError(f"enter_steps must be >= 1, got {self.enter_steps}")
+        if self.critical_steps < 1:
+            raise ValueError(f"critical_steps must be >= 1, got {self.critical_steps}")
         if not 0 <= self.exit_margin < min(self.enter):
             raise ValueError(f"exit_margin must be in [0, {min(self.enter)}), got {self.exit_margin}")
 
@@ -95,6 +101,7 @@ class AlertState:
         self.level = 0
         self._calm = 0  # consecutive steps with risk below the exit threshold of the current level
         self._recent: deque[int] = deque(maxlen=cfg.enter_steps)  # risk levels of the last enter_steps steps
+        self._critical_run = 0  # consecutive steps with critical risk
 
     @property
     def state(self) -> str:
@@ -103,10 +110,12 @@ class AlertState:
     def update(self, risk: float) -> int:
         target = level_of(risk, self.cfg.enter)
         self._recent.append(target)
+        self._critical_run = self._critical_run + 1 if target == 3 else 0
         if target >= self.level:
-            # the highest level held on each of the last enter_steps steps; critical needs no confirmation
+            # the highest level held on each of the last enter_steps steps; critical after critical_steps of its own
             held = min(self._recent) if len(self._recent) == self.cfg.enter_steps else 0
-            self.level, self._calm = max(self.level, 3 if target == 3 else held), 0
+            critical = 3 if self._critical_run >= self.cfg.critical_steps else 0
+            self.level, self._calm = max(self.level, critical, held), 0
             return self.level
         exits = tuple(t - self.cfg.exit_margin for t in self.cfg.enter)
         if level_of(risk, exits) < self.level:

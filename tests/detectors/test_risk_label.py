@@ -71,6 +71,20 @@ def test_entry_needs_enter_steps_except_critical():
     assert got == ["ok", "ok", "ok", "watch", "watch", "warning", "warning", "warning", "critical", "critical"]
 
 
+def test_critical_steps_asks_a_critical_reading_to_last():
+    """critical_steps=2: a lone critical step (a one-step KL spike) raises nothing beyond what enter_steps grants;
+    two in a row enter critical; a critical step after warning-level steps holds warning, not critical."""
+    cfg = RiskConfig(enter=(0.25, 0.5, 0.8), exit_margin=0.1, exit_steps=3, enter_steps=2, critical_steps=2)
+    st = AlertState(cfg)
+    risks = [0.9, 0.0, 0.0, 0.9, 0.9, 0.0, 0.0, 0.0, 0.6, 0.9, 0.0]
+    got = [["ok", "watch", "warning", "critical"][st.update(r)] for r in risks]
+    assert got == ["ok", "ok", "ok", "ok", "critical", "critical", "critical", "ok", "ok", "warning", "warning"]
+    # the default (1) is the old behaviour: critical at once
+    assert [["ok", "watch", "warning", "critical"][AlertState(RiskConfig()).update(0.9)]] == ["critical"]
+    with pytest.raises(ValueError, match="critical_steps"):
+        RiskConfig(critical_steps=0)
+
+
 def test_risk_series_and_config_validation():
     out = risk_series([{"a": 0}, {"a": 2}, {"a": 2, "b": 1}])
     assert [s for _, s in out] == ["ok", "ok", "warning"]  # warning-level risk on two steps in a row
