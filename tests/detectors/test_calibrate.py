@@ -95,6 +95,7 @@ def test_fit_rules_demotes_the_false_alarm_source_deterministically():
     # 'good' (one warning-level detector, risk 0.55) must keep warning: threshold 0.5, not 0.6/0.75
     assert chosen["demote"] == ["noisy"] and chosen["warning"] == 0.5
     assert chosen["enter_steps"] == 1 and chosen["exit_steps"] == 3  # ties go to the fewest steps
+    assert chosen["critical_steps"] == 1
     assert (s["false_alarm_episodes"], s["stable_runs_with_warning"], s["healthy_warning_share"]) == (0, 0, 0.0)
     assert (s["recall_at_10"], s["alarmed_share"], s["median_lead"]) == (1.0, 1.0, 15)
     assert s["objective"] == pytest.approx(2.0)  # J = R10 + R0 - F - 5H = 1 + 1 - 0 - 0
@@ -120,7 +121,12 @@ def test_fit_learned_is_deterministic_and_thresholded_on_dev():
     m2, s2 = calibrate.fit_learned(runs)
     assert m1 == m2 and s1 == s2
     assert m1["threshold"] in calibrate.THRESHOLDS and (m1["positives"], m1["negatives"]) == (31, 125)
+    assert m1["l2"] in calibrate.L2_GRID
     assert m1["weights"][0] == max(m1["weights"])
+    # the shipped weights are the full-dev refit with the chosen L2 (the fold models only choose it)
+    X, y = calibrate.training_set([r for r in runs if not r["faults"]])
+    w, _ = calibrate.fit_logistic(X, y, m1["l2"])
+    assert np.allclose(m1["weights"], w)
 
 
 def test_demoted_detector_counts_one_level_lower():
