@@ -23,7 +23,8 @@ non-collapsing runs with a false-alarm episode, H the share of healthy steps in 
    (outside every event window), classes weighted equally. L2 (L2_GRID) and the alarm threshold are picked by J
    on leave-one-run-out predictions over the dev runs (each run scored by a model fitted on the others); the
    shipped weights are then refitted on every dev run with that L2.
-3. Held out, once: both are scored; the one with the higher held-out J is ``default_model`` (ties: rules, the
+3. Held out, once: both are scored; the one with the higher held-out J is ``default_model`` (a model that alarms at
+   no collapse, dev or held out, is not eligible; ties: rules, the
    simpler), the other stays selectable (``risk_model=`` / ``eval-detect --risk``).
 4. With --write: calibrated.json (chosen fields, learned weights, the fit's figures), rlwatch 0.5.1's defaults on
    the same runs (benchmarks/peer_rlwatch.py), and the generated sections of docs/detectors.md and README.md.
@@ -37,6 +38,7 @@ import itertools
 import json
 import math
 import pickle
+import shlex
 import sys
 from pathlib import Path
 
@@ -274,8 +276,17 @@ def _fig(s: dict) -> dict:
     return {k: s.get(k) for k in FIG_KEYS}
 
 
-def choose_default(held_rules: dict, held_learned: dict) -> str:
-    """The model with the higher held-out J; ties go to the rules (simpler, explains itself by detector)."""
+def choose_default(held_rules: dict, held_learned: dict, dev_learned: dict | None = None) -> str:
+    """The model with the higher held-out J; ties go to the rules (simpler, explains itself by detector). A model
+    that alarms at no collapse, on the dev runs nor on the held-out ones, is not eligible: the closed loop
+    (arldiag.stabilize) acts on the alert state, and a default that stays quiet at every collapse switches it off.
+    (This eligibility rule was added after the 2026-12-01 fit, in which the learned model led the held-out J by
+    0.018 while alarming at none of the 4 collapses; docs/detectors.md says so.)"""
+    def alarms(*figs) -> bool:
+        return any((f or {}).get("alarmed_share") for f in figs)
+
+    if dev_learned is not None and not alarms(dev_learned, held_learned):
+        return "rules"
     return "learned" if held_learned["objective"] > held_rules["objective"] + 1e-12 else "rules"
 
 
@@ -339,7 +350,8 @@ def calibrate(runs, used_stand_in: bool = False, stand_in=(), apply: bool = Fals
         out[sp] = {m: _fig(summarize_rows([x for x, r in zip(rows[m], runs) if r["split"] == sp]))
                    for m in rows} if any(r["split"] == sp for r in runs) else None
     # the held-out runs were scored once, above, with what was chosen on dev; the better model ships
-    out["default_model"] = choose_default(out["heldout"]["rules"], out["heldout"]["learned"]) if held else "rules"
+    out["default_model"] = (choose_default(out["heldout"]["rules"], out["heldout"]["learned"], out["dev"]["learned"])
+                            if held else "rules")
     out["_rows"] = rows
     out["_states"] = states
     return out
@@ -390,7 +402,7 @@ def main(argv=None) -> int:
 
         pr = peer(runs, states[out["default_model"]])
         out["peer_rlwatch"] = {k: v for k, v in pr.items() if k != "_rows"}
-        source = " ".join(str(a) for a in args.run)
+        source = shlex.join(str(a) for a in args.run)
         dr.write_between(Path(args.docs), "detection-results", dr.docs_section(out, runs, pr, source))
         dr.write_between(Path(args.readme), "detection-headline", dr.readme_headline(out, source))
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")

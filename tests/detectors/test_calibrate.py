@@ -156,6 +156,11 @@ def test_calibrated_model_default(tmp_path):
     rules = {"objective": 0.5}
     assert calibrate.choose_default(rules, {"objective": 0.5}) == "rules"  # a tie keeps the simpler model
     assert calibrate.choose_default(rules, {"objective": 0.6}) == "learned"
+    # a learned model that alarms at no collapse (dev or held out) is not eligible, however quiet elsewhere
+    quiet, alarming = {"objective": 0.6, "alarmed_share": 0.0}, {"objective": 0.6, "alarmed_share": 0.5}
+    assert calibrate.choose_default(rules, quiet, {"alarmed_share": 0.0}) == "rules"
+    assert calibrate.choose_default(rules, quiet, {"alarmed_share": 0.5}) == "learned"
+    assert calibrate.choose_default(rules, alarming, {"alarmed_share": 0.0}) == "learned"
 
 
 def test_replay_states_equal_the_evaluator(synth_runs):
