@@ -85,7 +85,8 @@ STABILIZE_KEYS = {"policy": "--auto-stabilize policy when the flag is not given:
                   "max_clip_tightenings": "clip-range tightenings per run",
                   "min_clip": "eps_low / eps_high never go below this",
                   "max_rollbacks": "rollbacks per run (each checkpoint is restored at most once)",
-                  "checkpoint_every": "steps between in-memory checkpoints of policy + optimizer while the state is ok"}
+                  "checkpoint_every": "steps between in-memory checkpoints of policy + optimizer while the state is calm",
+                  "checkpoint_on": "the highest alert state in which a checkpoint may be taken (ok or watch)"}
 CHANNEL_KEYS = {
     "slack": {"url": "incoming-webhook URL (secret: set ARLDIAG_ALERTS_SLACK_URL); empty = off",
               "min_severity": "lowest severity sent", "mention_severity": "lowest severity that mentions",

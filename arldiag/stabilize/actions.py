@@ -67,7 +67,7 @@ class Situation:
     settings: Mapping[str, Any]                 # the trainer's current settings (Stabilizable.settings())
     initial: Mapping[str, Any]                  # the settings at the start of the run
     history: tuple[Taken, ...] = ()
-    checkpoint_step: int | None = None          # step of the ok checkpoint a rollback would restore, if any
+    checkpoint_step: int | None = None          # step of the calm (ok/watch) checkpoint a rollback would restore, if any
     supports: frozenset = frozenset(ACTION_KINDS)
     state_since: int = 0                        # first step of the current run of this same state
 

@@ -92,8 +92,8 @@ def _why(s: Situation, name: str) -> str:
 @register_policy("default")
 def default_policy(s: Situation) -> list[Action]:
     """warning+ with an off-policy finding: switch on the neg-adv low-IS mask (delta 3e-3), or, with the mask
-    already on, tighten the clip range by half. critical: roll back to the last ok checkpoint and halve the
-    learning rate. Still critical STOP_AFTER steps after the last rollback with no ok checkpoint left: stop."""
+    already on, tighten the clip range by half. critical: roll back to the last calm checkpoint and halve the
+    learning rate. Still critical STOP_AFTER steps after the last rollback with no calm checkpoint left: stop."""
     if s.state not in ("warning", "critical"):
         return []
     out: list[Action] = []
@@ -112,7 +112,7 @@ def default_policy(s: Situation) -> list[Action]:
         if (rollbacks and s.checkpoint_step is None and s.state_since <= s.step - STOP_AFTER
                 and rollbacks[-1].step <= s.step - STOP_AFTER):
             out.append(Action("stop", {}, cause, _why(s, cause) + f"; critical since step {s.state_since} "
-                                                                    "and no ok checkpoint left"))
+                                                                    "and no calm checkpoint left"))
     return out
 
 

@@ -263,3 +263,18 @@ def test_resolve_policy_names_module_function_and_errors(tmp_path, monkeypatch):
     def mine(s):
         return []
     assert resolve_policy("test-registered") is mine
+
+
+def test_checkpoints_are_taken_in_calm_states_only():
+    """checkpoint_on="watch" (the default): checkpoints while ok or watch, none in warning or critical; with "ok",
+    none while watch."""
+    for on, want in (("watch", [0, 5, 10]), ("ok", [0])):
+        t = FakeTrainer()
+        stab = Stabilizer("default", t, limits=Limits(cooldown=0, checkpoint_every=5, checkpoint_on=on))
+        for step, state in enumerate(["ok"] * 2 + ["watch"] * 10 + ["warning"] * 6 + ["watch"] * 3):
+            feed(stab, step, state)
+        # watch: 0, 5, 10 (every 5 steps), none in warning (12-17, where 15 was due), then 18 (watch, >= 5 after 10)
+        got = [c[1] for c in t.calls if c[0] == "checkpoint"]
+        assert got == (want + [18] if on == "watch" else want)
+    with pytest.raises(ValueError, match="checkpoint_on"):
+        Limits(checkpoint_on="warning")
