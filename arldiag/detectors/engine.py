@@ -18,7 +18,7 @@ from arldiag.detectors.base import LEVELS, Detector, Signal
 from arldiag.detectors.context import OUTCOME_COLUMNS, OutcomeTracker
 from arldiag.detectors.registry import resolve
 from arldiag.detectors.risk import (AlertState, RiskConfig, calibrated_model, calibrated_risk, combine_risk,
-                                    detector_levels)
+                                    detector_levels, level_of)
 from arldiag.detectors.window import Window
 from arldiag.findings import Finding
 
@@ -56,6 +56,9 @@ class StepResult:
     signals: dict[str, Signal]          # detectors firing at this step
     escalated: list[str]                # detectors that reached a level above their previous maximum
     top: str | None                     # detector with the highest level (ties: catalog order)
+    # the level this step's risk reaches by itself, before the hysteresis (state): the closed loop acts on a
+    # critical reading at once, while the alert state may ask it to last (RiskConfig.critical_steps)
+    reading: str = "ok"
 
     @property
     def changed(self) -> bool:
@@ -127,7 +130,8 @@ class Evaluator:
         self.n_steps += 1
         self.max_risk = max(self.max_risk, risk)
         top = max(signals, key=lambda n: signals[n].level) if signals else None
-        return StepResult(step, risk, self.alert.state, prev, signals, escalated, top)
+        reading = LEVELS[level_of(risk, self.risk_cfg.enter)]
+        return StepResult(step, risk, self.alert.state, prev, signals, escalated, top, reading)
 
     def recommendation(self, d: Detector) -> str:
         """The detector's advice fitted to this run's config (nothing the run already has)."""

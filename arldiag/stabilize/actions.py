@@ -70,6 +70,16 @@ class Situation:
     checkpoint_step: int | None = None          # step of the calm (ok/watch) checkpoint a rollback would restore, if any
     supports: frozenset = frozenset(ACTION_KINDS)
     state_since: int = 0                        # first step of the current run of this same state
+    reading: str = "ok"                         # the level of this step's risk alone, before the hysteresis
+
+    @property
+    def acting_state(self) -> str:
+        """The state the built-in policies act on: the alert state, or critical on a critical reading. Alerts cost a
+        person's attention, so the alert state may ask a critical reading to last (RiskConfig.critical_steps); the
+        loop's actions are cheap and bounded (on the stress set they never left a run below its twin), so it keeps
+        acting on the first critical step, as before that setting (the held-out seed 4 was saved by a one-step
+        critical KL spike 9 steps before its collapse)."""
+        return "critical" if self.reading == "critical" else self.state
 
     def taken(self, kind: str) -> list[Taken]:
         return [t for t in self.history if t.action.kind == kind]

@@ -85,7 +85,8 @@ def leading(s: Situation, names: tuple[str, ...]) -> str | None:
 def _why(s: Situation, name: str) -> str:
     f = s.findings.get(name)
     what = f"{name} {f.level}: {f.metric} = {f.value:.4g}" if f else name
-    return f"state {s.state} at step {s.step} ({what})"
+    state = s.state if s.acting_state == s.state else f"{s.state} (critical reading)"
+    return f"state {state} at step {s.step} ({what})"
 
 
 # ---- built-in policies ---------------------------------------------------------------------------------------------
@@ -94,23 +95,24 @@ def default_policy(s: Situation) -> list[Action]:
     """warning+ with an off-policy finding: switch on the neg-adv low-IS mask (delta 3e-3), or, with the mask
     already on, tighten the clip range by half. critical: roll back to the last calm checkpoint and halve the
     learning rate. Still critical STOP_AFTER steps after the last rollback with no calm checkpoint left: stop."""
-    if s.state not in ("warning", "critical"):
+    state = s.acting_state  # the alert state, or critical on a critical reading (Situation.acting_state)
+    if state not in ("warning", "critical"):
         return []
     out: list[Action] = []
     cause = leading(s, OFF_POLICY)
     if cause is not None:
         if not s.settings.get("nalis_mask"):
             out.append(Action("nalis_mask", {"delta": NALIS_DELTA}, cause, _why(s, cause)))
-        elif s.state == "critical" and not s.settings.get("seq_clip"):
+        elif state == "critical" and not s.settings.get("seq_clip"):
             out.append(Action("clip", {"factor": CLIP_FACTOR}, cause, _why(s, cause)))
-    if s.state == "critical":
+    if state == "critical":
         cause = leading(s, BROKEN) or cause or s.top or ""
         if s.checkpoint_step is not None:
             out.append(Action("rollback", {}, cause, _why(s, cause) + f"; back to step {s.checkpoint_step}"))
         out.append(Action("lr_scale", {"factor": LR_FACTOR}, cause, _why(s, cause)))
         rollbacks = s.taken("rollback")
-        if (rollbacks and s.checkpoint_step is None and s.state_since <= s.step - STOP_AFTER
-                and rollbacks[-1].step <= s.step - STOP_AFTER):
+        if (rollbacks and s.state == "critical" and s.checkpoint_step is None
+                and s.state_since <= s.step - STOP_AFTER and rollbacks[-1].step <= s.step - STOP_AFTER):
             out.append(Action("stop", {}, cause, _why(s, cause) + f"; critical since step {s.state_since} "
                                                                     "and no calm checkpoint left"))
     return out
@@ -120,13 +122,14 @@ def default_policy(s: Situation) -> list[Action]:
 def conservative_policy(s: Situation) -> list[Action]:
     """Never rolls back or stops: warning+ with an off-policy finding switches on the mask; critical also halves
     the learning rate."""
-    if s.state not in ("warning", "critical"):
+    state = s.acting_state
+    if state not in ("warning", "critical"):
         return []
     out: list[Action] = []
     cause = leading(s, OFF_POLICY)
     if cause is not None and not s.settings.get("nalis_mask"):
         out.append(Action("nalis_mask", {"delta": NALIS_DELTA}, cause, _why(s, cause)))
-    if s.state == "critical":
+    if state == "critical":
         c = cause or s.top or ""
         out.append(Action("lr_scale", {"factor": LR_FACTOR}, c, _why(s, c)))
     return out

@@ -158,13 +158,14 @@ class Stabilizer:
 
     def on_result(self, res: Any) -> list[Taken]:
         """Feed a detectors.engine.StepResult (what Monitor.on_step returns)."""
-        return self.on_step(res.step, res.state, res.previous_state, res.risk, firings(res.signals), res.top)
+        return self.on_step(res.step, res.state, res.previous_state, res.risk, firings(res.signals), res.top,
+                            getattr(res, "reading", "ok"))
 
     def on_step(self, step: int, state: str, previous_state: str, risk: float, findings: Mapping[str, Firing],
-                top: str | None) -> list[Taken]:
+                top: str | None, reading: str = "ok") -> list[Taken]:
         if state != self._state:
             self._state, self._state_since = state, step
-        s = self.situation(step, state, previous_state, risk, findings, top)
+        s = self.situation(step, state, previous_state, risk, findings, top, reading)
         applied: list[Taken] = []
         try:
             proposed = list(self.policy(s) or [])
@@ -198,7 +199,9 @@ class Stabilizer:
             self.log(f"[arldiag] auto-stabilize step {step}: {a.kind} {_fmt(params)} "
                      f"(trigger {a.detector or '-'}; state {state}) - {a.reason}")
             self._record(taken, s, previous_state)
-        calm = state in LEVEL_NAMES and LEVEL_NAMES.index(state) <= LEVEL_NAMES.index(self.limits.checkpoint_on)
+        # calm: neither the state nor this step's reading above checkpoint_on (a critical reading is no checkpoint)
+        calm = all(x in LEVEL_NAMES and LEVEL_NAMES.index(x) <= LEVEL_NAMES.index(self.limits.checkpoint_on)
+                   for x in (state, reading))
         if calm and "rollback" in s.supports and not applied and (
                 self._last_checkpoint is None or step - self._last_checkpoint >= self.limits.checkpoint_every):
             try:
@@ -209,11 +212,11 @@ class Stabilizer:
         return applied
 
     def situation(self, step: int, state: str, previous_state: str, risk: float, findings: Mapping[str, Firing],
-                  top: str | None) -> Situation:
+                  top: str | None, reading: str = "ok") -> Situation:
         return Situation(step=step, state=state, previous_state=previous_state, risk=float(risk),
                          findings=dict(findings), top=top, settings=dict(self.target.settings()),
                          initial=self.initial, history=tuple(self.history), checkpoint_step=self.checkpoint_step,
-                         supports=frozenset(self.target.supports), state_since=self._state_since)
+                         supports=frozenset(self.target.supports), state_since=self._state_since, reading=reading)
 
     def _record(self, t: Taken, s: Situation, previous_state: str) -> None:
         if self.record is None:

@@ -278,3 +278,41 @@ def test_checkpoints_are_taken_in_calm_states_only():
         assert got == (want + [18] if on == "watch" else want)
     with pytest.raises(ValueError, match="checkpoint_on"):
         Limits(checkpoint_on="warning")
+
+
+def test_a_critical_reading_acts_while_the_alert_state_waits():
+    """RiskConfig.critical_steps may keep the alert state below critical on a one-step spike; the built-in policies
+    act on the critical reading (Situation.acting_state) but never stop on it (stop needs the critical state)."""
+    import dataclasses
+
+    off_policy = {"neg_adv_low_is": Firing("warning", "neg_adv_low_is_frac", 0.05),
+                  "ppo_kl_spike": Firing("critical", "ppo_kl", 12.0)}
+    quiet = sit(state="watch", findings=off_policy, checkpoint_step=30)
+    assert quiet.acting_state == "watch" and default_policy(quiet) == []
+    spike = dataclasses.replace(quiet, reading="critical")
+    assert spike.acting_state == "critical"
+    assert kinds(default_policy(spike)) == ["nalis_mask", "rollback", "lr_scale"]
+    assert "state watch (critical reading)" in default_policy(spike)[0].reason
+    assert kinds(conservative_policy(spike)) == ["nalis_mask", "lr_scale"]
+    # long after a rollback, no checkpoint left, in watch since long ago: a critical reading is no reason to stop
+    done = Taken(10, Action("rollback", {}, "ppo_kl_spike", "r"), {"to_step": 5})
+    late = dataclasses.replace(spike, checkpoint_step=None, history=(done,), state_since=0, step=60)
+    assert "stop" not in kinds(default_policy(late))
+    assert "stop" in kinds(default_policy(dataclasses.replace(late, state="critical")))
+
+
+def test_the_evaluator_reports_the_reading_of_each_step():
+    """StepResult.reading is the level the step's risk reaches alone (risk.level_of over the enter thresholds)."""
+    from arldiag.detectors.base import LEVELS
+    from arldiag.detectors.engine import Evaluator
+    from arldiag.detectors.risk import RiskConfig, level_of
+
+    cfg = RiskConfig(critical_steps=2)
+    ev = Evaluator(risk=cfg, risk_model="rules")
+    seen = {}
+    for step in range(30):
+        kl = 0.5 if step == 25 else 1e-3 * (1 + step % 3)  # one 250-fold KL spike at step 25
+        r = ev.update(step, {"ppo_kl": kl, "success_rate": 0.5})
+        assert r.reading == LEVELS[level_of(r.risk, cfg.enter)]
+        seen[step] = (r.reading, r.state)
+    assert seen[25] == ("critical", "ok") and seen[24][0] == "ok"  # read critical, the state waits a second step
