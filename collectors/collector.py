@@ -30,6 +30,7 @@ from arldiag.store.location import StoreRoot, is_url
 from arldiag.store.writer import StoreWriter
 from arldiag.backends import is_torch
 from arldiag.collectors.convert import as_array, as_device_array, check_shape, row_counts
+from arldiag.collectors.staging import owned, signature, stack
 
 log = logging.getLogger("arldiag")
 
@@ -185,6 +186,8 @@ class Collector:
         # per-update rows held until the step is finalised, then handed to the writer as one table each: one queue
         # hand-off (a wake-up of the writer thread) per table per step, not per update
         self._held: dict[str, list[pa.Table]] = {}
+        # record_update(defer=True): (update, inputs, sample ids) of the current step, computed when it is finalised
+        self._staged: list[tuple[int, UpdateInputs, np.ndarray]] = []
         self._user: dict[str, float] = {}  # metrics given to record_step for the current step
         self._rollout = _RolloutCache()
         self._steps_since_flush = 0
@@ -270,10 +273,15 @@ class Collector:
 
     def record_update(self, step: int, update: int = 0, *, logp, logp_old, advantages, response_mask,
                       logp_ref=None, logp_rollout=None, entropy=None, sample_ids=None, turn_ids=None,
-                      token_ids=None) -> dict[str, float]:
+                      token_ids=None, defer: bool = False) -> dict[str, float]:
         """Record one policy update (PPO epoch x mini-batch) of ``step``. Tensors: padded [B, T] with the loss
         mask ``response_mask``; ``advantages`` [B] or [B, T]; ``turn_ids`` [B] or [B, T]. Returns this update's
-        raw aggregates (handy for logging)."""
+        raw aggregates (handy for logging).
+
+        ``defer=True``: keep a copy of the inputs and compute the statistics when the step is finalised (or at
+        ``flush``), in one pass over all the step's deferred updates (collectors/staging.py): the same rows and
+        aggregates, for a fraction of the per-call cost when a step has many small micro-batches (the verl and TRL
+        hooks use it). Returns ``{}`` then."""
         # accelerator tensors stay on their device: the statistics run there (arldiag/backends.py), no copy to the
         # host; CPU tensors become numpy views (no copy), on which the same statistics cost 2-3x less CPU time than
         # torch's per-op dispatch (benchmarks/integration_overhead.py)
@@ -311,6 +319,9 @@ class Collector:
             check_shape("sample_ids", sid, (B,), "response_mask rows")
         inp = UpdateInputs(lp, lpo, adv, mask, opt.get("logp_ref"), opt.get("logp_rollout"), opt.get("entropy"),
                            turn, tid)
+        if defer:
+            self._guard("record_update", self._stage, int(step), int(update), inp, sid)
+            return {}
         out = self._guard("record_update", self._record_update, int(step), int(update), inp, sid)
         return out or {}
 
@@ -358,7 +369,8 @@ class Collector:
         log.warning("arldiag: stop requested: %s", reason)
 
     def flush(self) -> None:
-        """Finalise nothing; publish every buffered row now."""
+        """Finalise nothing; publish every buffered row now (deferred updates are computed first)."""
+        self._guard("record_update", self._drain_staged)
         if self.writer is not None:
             self._guard("flush", self._release_held)
             self._guard("flush", self.writer.flush, True)
@@ -427,12 +439,14 @@ class Collector:
         if self._step is None:
             self._step = step
 
-    def _keys(self, n: int, step: int, update: int) -> dict[str, np.ndarray]:
-        return {"step": np.full(n, step, np.int64), "update": np.full(n, update, np.int32),
-                "rank": np.full(n, self.rank, np.int32)}
+    def _keys(self, n: int, step: int, update) -> dict[str, np.ndarray]:
+        """Key columns of ``n`` rows; ``update`` is one update index or one per row ([n])."""
+        upd = np.full(n, update, np.int32) if np.ndim(update) == 0 else update.astype(np.int32, copy=False)
+        return {"step": np.full(n, step, np.int64), "update": upd, "rank": np.full(n, self.rank, np.int32)}
 
     def _record_rollout(self, step, sid, per_sample, mask, tok, lpr, texts) -> None:
         self._enter_step(step)
+        self._drain_staged()  # deferred updates see the rollout cache as it was when they were recorded
         B = sid.shape[0]
         lengths = mask.sum(axis=1).astype(np.int64) if mask is not None else np.zeros(B, np.int64)
         if mask is not None:
@@ -502,11 +516,46 @@ class Collector:
         self._put("groups", _table(GROUPS, cols, ug.size))
         return {"n_groups": ug.size, "n_groups_zero_std": int(zero.sum()), "sum_group_reward_std": float(std.sum())}
 
+    def _stage(self, step: int, update: int, inp: UpdateInputs, sid: np.ndarray | None) -> None:
+        self._enter_step(step)
+        sid = self._sample_ids(step, inp, sid)
+        self._staged.append((update, owned(inp), np.array(sid)))
+
+    def _drain_staged(self) -> None:
+        """Compute the deferred updates of the current step: one pass per group of updates that gave the same
+        inputs (in practice one per step)."""
+        staged, self._staged = self._staged, []
+        if not staged:
+            return
+        if "turn" in self._rollout.cols:  # per-turn samples take their turn ids per update (all rows known or none)
+            batches = [[s] for s in staged]
+        else:
+            by_sig: dict[tuple, list] = {}
+            for s in staged:
+                by_sig.setdefault(signature(s[1]), []).append(s)
+            batches = list(by_sig.values())
+        for batch in batches:
+            self._record_updates(self._step, batch)
+
+    @staticmethod
+    def _sample_ids(step: int, inp: UpdateInputs, sid: np.ndarray | None) -> np.ndarray:
+        if sid is None:  # unique within the update but not linkable to a rollout
+            sid = (np.int64(step) << np.int64(32)) + np.arange(inp.mask.shape[0], dtype=np.int64)
+        return sid
+
     def _record_update(self, step: int, update: int, inp: UpdateInputs, sid: np.ndarray | None) -> dict:
         self._enter_step(step)
+        self._drain_staged()  # rows keep the order of the calls
+        return self._record_updates(step, [(update, inp, self._sample_ids(step, inp, sid))])
+
+    def _record_updates(self, step: int, batch: list[tuple[int, UpdateInputs, np.ndarray]]) -> dict:
+        """Statistics and rows of the updates in ``batch`` (one, or several stacked by collectors/staging.py)."""
+        self._enter_step(step)
+        sizes = [b[1].mask.shape[0] for b in batch]
+        inp = stack([b[1] for b in batch])
+        sid = batch[0][2] if len(batch) == 1 else np.concatenate([b[2] for b in batch])
+        update = batch[0][0] if len(batch) == 1 else np.repeat(np.array([b[0] for b in batch], np.int32), sizes)
         B = inp.mask.shape[0]
-        if sid is None:
-            sid = (np.int64(step) << np.int64(32)) + np.arange(B, dtype=np.int64)  # unique but not linkable
         j = self._rollout.lookup(sid)
         known = j >= 0
         # Align the rollout engine's log-probs / ids with the trainer's masked tokens (same count per sample).
@@ -531,7 +580,7 @@ class Collector:
             inp.turn_ids = self._rollout.cols["turn"][j]  # per-turn samples: the rollout said which turn each is
         res = compute_update(inp, self.bands)
         merge_into(self._aggs, res.aggs)
-        self._updates.add(update)
+        self._updates.update(b[0] for b in batch)
         self._seq_k3.append(res.seq_k3[res.nonempty])
 
         seq = res.seq
@@ -562,29 +611,34 @@ class Collector:
         if turn is not None and turn["row"].size:
             r = turn["row"]
             tcols = {k: v for k, v in turn.items() if k != "row"}
-            tcols.update(self._keys(r.size, step, update))
+            tcols.update(self._keys(r.size, step, update if np.ndim(update) == 0 else update[r]))
             tcols["sample_id"] = sid[r]
             self._hold("turns", _table(TURNS, tcols, r.size))
 
-        self._put_tokens(step, update, sid, res)
+        self._put_tokens(step, update, sizes, sid, res)
         return res.aggs
 
-    def _put_tokens(self, step, update, sid, res) -> None:
+    def _put_tokens(self, step, update, sizes, sid, res) -> None:
+        """Token rows of the sampled, anomalous and top-1% KL samples; ``sizes``: rows per update of the batch."""
         rate = self.token_sample_rate
         seq_k3 = res.seq_k3
         B = sid.shape[0]
         sampled = splitmix_unit(sid) < rate if rate < 1.0 else np.ones(B, bool)
         keep = sampled | res.anomalous
-        if B and np.isfinite(seq_k3).any():  # always keep the top-1% KL contributors of the update
-            k = max(1, int(np.ceil(0.01 * B)))
-            top = np.argpartition(np.where(np.isfinite(seq_k3), seq_k3, -np.inf), B - k)[B - k:]
-            keep[top] = True
+        start = 0
+        for nb in sizes:  # always keep the top-1% KL contributors of each update
+            seg = seq_k3[start:start + nb]
+            fin = np.isfinite(seg)
+            if nb and fin.any():
+                k = max(1, int(np.ceil(0.01 * nb)))
+                keep[start + np.argpartition(np.where(fin, seg, -np.inf), nb - k)[nb - k:]] = True
+            start += nb
         if not keep.any():
             return
         tok = res.token_rows(keep)  # only the kept rows leave the device
         r = tok["rows"]
         n = r.size
-        cols = self._keys(n, step, update)
+        cols = self._keys(n, step, update if np.ndim(update) == 0 else update[r])
         cols.update(sample_id=sid[r], pos=tok["pos"].astype(np.int32), turn=tok["turn"], logp=tok["logp"],
                     logp_old=tok["logp_old"], advantage=tok["advantage"],
                     log_ratio=tok["log_ratio"].astype(np.float32), sampled=sampled[r])
@@ -604,6 +658,7 @@ class Collector:
         step = self._step
         if step is None:
             return {}
+        self._guard("record_update", self._drain_staged)
         aggs = self._aggs
         aggs["n_updates"] = len(self._updates)
         if self._seq_k3:

@@ -152,7 +152,7 @@ class VerlLossRecorder:
                 self.step, self._updates = step, 0
             col.record_update(step, self._updates, logp=log_prob.detach(), logp_old=old_log_prob,
                               advantages=advantages, response_mask=response_mask,
-                              entropy=extra.get("entropy"), logp_ref=extra.get("ref_log_prob"))
+                              entropy=extra.get("entropy"), logp_ref=extra.get("ref_log_prob"), defer=True)
             self._updates += 1
             for k, v in pg_metrics.items():
                 v = getattr(v, "value", v)  # verl may wrap values in a Metric
