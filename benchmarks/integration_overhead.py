@@ -105,6 +105,13 @@ def trl_run(instrumented: bool, steps: int) -> tuple[float, float, float, float]
 
 
 # ---------------------------------------------------------------------------------------------------- verl
+class _StepBatch:
+    """A step's batch as verl's worker receives it (a new object per ``update_actor`` call); holds the config."""
+
+    def __init__(self, config):
+        self.config = config
+
+
 class VerlTiny:
     """A tiny actor trained with verl's ppo_loss; ``batch`` sequences of ``prompt`` + ``response`` tokens per step,
     ``micro`` sequences per micro-batch."""
@@ -154,10 +161,14 @@ class VerlTiny:
         pad = torch.zeros(ids.shape[0], 1)
         return {"log_probs": torch.cat([logp, pad], 1).reshape(-1), "entropy": torch.cat([ent, pad], 1).reshape(-1)}
 
-    def update_actor(self, data):  # the name verl's workers use: the recorder counts one step per call
+    def update_actor(self, data):
+        """One step, under the name verl's workers use; ``data`` is a new _StepBatch per call. The recorder counts a
+        step per call from the identity of ``data``: verl hands every step a new batch object (passing the same
+        config object on every call, as this benchmark first did, recorded all steps as one step and left the
+        per-step work to the store's close, outside the timed steps)."""
         from verl.workers.utils.losses import ppo_loss
 
-        config = data
+        config = data.config
         self.opt.zero_grad()
         for ids, d in self.micro:
             loss, _ = ppo_loss(config, self.forward(ids), d)
@@ -177,11 +188,11 @@ def verl_run(tiny: VerlTiny, instrumented: bool, steps: int, run_dir: str) -> tu
         vl.RECORDER.__init__()  # opens the run on its first call, as on a verl worker
         vl.RECORDER.__dict__.pop("_record", None)  # the previous run's timer
         _timed(vl.RECORDER, "_record", spent)
-    tiny.update_actor(cfg)
+    tiny.update_actor(_StepBatch(cfg))
     spent[0] = 0.0
     with Clock() as c:
         for _ in range(steps):
-            tiny.update_actor(cfg)
+            tiny.update_actor(_StepBatch(cfg))
     with Clock() as closing:
         if instrumented:
             vl.RECORDER.close()

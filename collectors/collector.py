@@ -31,6 +31,7 @@ from arldiag.store.writer import StoreWriter
 from arldiag.backends import is_torch
 from arldiag.collectors.convert import as_array, as_device_array, check_shape, row_counts
 from arldiag.collectors.staging import owned, signature, stack
+from arldiag.collectors.arrow_rows import cached_schema, row_table as _row_table, table as _table
 
 log = logging.getLogger("arldiag")
 
@@ -347,7 +348,7 @@ class Collector:
         row = {"step": int(step), "time": _now_us(), "detector": detector,
                "severity": severity, "state": state, "risk": float(risk), "title": title, "message": message,
                "evidence": json.dumps(evidence or {}, default=_json_default), "source": source}
-        self._put("alerts", _row_table(arrow_schema("alerts"), row))
+        self._put("alerts", _row_table(cached_schema(("alerts",), lambda: arrow_schema("alerts")), row))
 
     def record_action(self, step: int, action: str, params: Mapping | None = None, detector: str = "",
                       state: str = "", risk: float = float("nan"), reason: str = "", policy: str = "",
@@ -360,7 +361,7 @@ class Collector:
                "risk": float(risk), "reason": reason, "policy": policy,
                "outcome": json.dumps(outcome or {}, default=_json_default),
                "evidence": json.dumps(evidence or {}, default=_json_default)}
-        self._put("actions", _row_table(arrow_schema("actions"), row))
+        self._put("actions", _row_table(cached_schema(("actions",), lambda: arrow_schema("actions")), row))
 
     def request_stop(self, reason: str) -> None:
         """Ask the trainer to stop (it reads ``should_stop``)."""
@@ -667,9 +668,7 @@ class Collector:
         row = {"step": step, "rank": self.rank, "time": _now_us()}
         row.update({a.name: aggs.get(a.name) for a in STEP_AGGS})
         row.update({USER_METRIC_PREFIX + k: v for k, v in user.items()})
-        schema = arrow_schema("steps")
-        for k in user:
-            schema = schema.append(pa.field(USER_METRIC_PREFIX + k, pa.float64()))
+        schema = cached_schema(("steps",) + tuple(user), lambda: _steps_schema(user))
         self._release_held()
         self._put("steps", _row_table(schema, row))
         watch = True
@@ -703,97 +702,16 @@ class Collector:
         return metrics
 
 
-_NP_TYPES = {pa.float32(): np.float32, pa.float64(): np.float64, pa.int16(): np.int16, pa.int32(): np.int32,
-             pa.int64(): np.int64, pa.bool_(): np.bool_}
-
-
-def _strings(values: list) -> pa.Array:
-    """Arrow string array from Python strings (None = null), built from offset/data buffers."""
-    enc = [b"" if x is None else str(x).encode() for x in values]
-    offsets = np.zeros(len(enc) + 1, np.int32)
-    np.cumsum([len(b) for b in enc], out=offsets[1:])
-    miss = np.array([x is None for x in values], bool)
-    validity = _bits(~miss) if miss.any() else None
-    return pa.Array.from_buffers(pa.string(), len(enc), [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(enc))],
-                                 null_count=int(miss.sum()))
-
-
-def _nulls(n: int, typ: pa.DataType) -> pa.Array:
-    return pa.nulls(n, typ)  # (unlike pa.array, pa.nulls does not import pandas)
+def _steps_schema(user: Mapping[str, float]) -> pa.Schema:
+    """The raw steps columns plus one float64 column per trainer metric."""
+    schema = arrow_schema("steps")
+    for k in user:
+        schema = schema.append(pa.field(USER_METRIC_PREFIX + k, pa.float64()))
+    return schema
 
 
 def _now_us() -> int:
     return int(_dt.datetime.now(_dt.timezone.utc).timestamp() * 1_000_000)
-
-
-def _row_table(schema: pa.Schema, row: Mapping[str, Any]) -> pa.Table:
-    """One-row table (steps/alerts rows) without pa.array/from_pylist, which import pandas. The values of each type
-    are converted as one array, then cut into one-row slices (zero-copy): a steps row has ~100 columns, and one
-    conversion per column was most of the cost of finalising a step."""
-    cols: list = [None] * len(schema)
-    by_type: dict[pa.DataType, list[tuple[int, Any]]] = {}
-    for i, f in enumerate(schema):
-        v = row.get(f.name)
-        if v is None or (isinstance(v, float) and v != v and not pa.types.is_floating(f.type)):
-            cols[i] = _nulls(1, f.type)
-        elif f.type == pa.string():
-            cols[i] = _strings([v])
-        else:
-            by_type.setdefault(f.type, []).append((i, v))
-    for typ, items in by_type.items():
-        arr = np_to_arrow(np.array([v for _, v in items]), typ)
-        for k, (i, _) in enumerate(items):
-            cols[i] = arr.slice(k, 1)
-    return pa.Table.from_arrays(cols, schema=schema)
-
-
-def _bits(mask: np.ndarray) -> pa.Buffer:
-    return pa.py_buffer(np.packbits(mask, bitorder="little"))
-
-
-def np_to_arrow(v: np.ndarray, typ: pa.DataType) -> pa.Array:
-    """Zero-copy numpy -> Arrow for primitive columns (NaN floats become nulls).
-
-    Built from buffers rather than ``pa.array`` because the latter probes for pandas and imports it, which
-    would put pandas on the trainer's hot path."""
-    n = v.shape[0]
-    if typ == pa.string():
-        return _strings(list(v))
-    if pa.types.is_timestamp(typ):
-        return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(np.ascontiguousarray(v, np.int64))])
-    validity, nulls = None, 0
-    if isinstance(v, np.ma.MaskedArray):
-        miss = np.ma.getmaskarray(v)
-        nulls = int(miss.sum())
-        validity = _bits(~miss) if nulls else None
-        v = v.filled(0)
-    if typ == pa.bool_():
-        return pa.Array.from_buffers(typ, n, [validity, _bits(v.astype(bool, copy=False))], null_count=nulls)
-    v = np.ascontiguousarray(v.astype(_NP_TYPES[typ], copy=False))
-    if v.dtype.kind == "f" and validity is None:
-        nan = np.isnan(v)
-        nulls = int(nan.sum())
-        if nulls:
-            validity = _bits(~nan)
-    return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(v)], null_count=nulls)
-
-
-def _table(cols_spec, cols: Mapping[str, Any], n: int) -> pa.Table:
-    """Arrow table in schema order; absent columns become nulls."""
-    arrays, fields = [], []
-    for c in cols_spec:
-        v = cols.get(c.name)
-        if v is None:
-            arr = _nulls(n, c.type)
-        elif isinstance(v, (pa.Array, pa.ChunkedArray)):
-            arr = v.cast(c.type) if v.type != c.type else v
-        elif isinstance(v, list):
-            arr = _strings(v)
-        else:
-            arr = np_to_arrow(v if isinstance(v, np.ma.MaskedArray) else np.asarray(v), c.type)
-        arrays.append(arr)
-        fields.append(pa.field(c.name, c.type))
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def _json_default(o):
