@@ -65,6 +65,29 @@ def _timed(obj, name: str, acc: list[float]) -> None:
     setattr(obj, name, wrapper)
 
 
+WRITER = [0.0]  # CPU seconds of the store's writer thread in StoreWriter._publish (Parquet encoding and writing)
+
+
+def _time_writer() -> None:
+    """Count the writer thread's CPU time: it runs beside the training thread, so "inside the hooks" misses it,
+    and the runs here are too short for its periodic flushes (every 10 steps or 5 s) to fall inside the timed
+    steps: the final flush at close is where most of it happens. Reported per step, close included."""
+    from arldiag.store.writer import StoreWriter
+
+    if getattr(StoreWriter._publish, "_timed", False):
+        return
+    publish = StoreWriter._publish
+
+    def timed(self, table):
+        t = time.thread_time()
+        try:
+            return publish(self, table)
+        finally:
+            WRITER[0] += time.thread_time() - t
+    timed._timed = True
+    StoreWriter._publish = timed
+
+
 # ---------------------------------------------------------------------------------------------------- TRL
 def _excluded(obj, name: str, clock: "Clock") -> None:
     """Time ``obj.name`` (a one-off at the end of training) on ``clock`` so that it can be left out of the steps."""
@@ -79,9 +102,10 @@ def _excluded(obj, name: str, clock: "Clock") -> None:
     setattr(obj, name, wrapper)
 
 
-def trl_run(instrumented: bool, steps: int) -> tuple[float, float, float, float]:
-    """(wall, cpu, CPU seconds inside the hooks) per step of ``steps`` TRL GRPO steps, and the wall seconds of the
-    run store's close at the end of training (left out of the steps: a one-off per run, not per step)."""
+def trl_run(instrumented: bool, steps: int) -> tuple[float, float, float, float, float]:
+    """(wall, cpu, CPU seconds inside the hooks) per step of ``steps`` TRL GRPO steps, the wall seconds of the
+    run store's close at the end of training (left out of the steps: a one-off per run, not per step), and the
+    writer thread's CPU seconds per step (close included)."""
     from integrations.trl_setup import grpo_trainer
 
     from arldiag.collectors.trl_grpo import ArldiagGRPOTrainer
@@ -99,9 +123,11 @@ def trl_run(instrumented: bool, steps: int) -> tuple[float, float, float, float]
         closing.wall = closing.cpu = 0.0
         if instrumented:
             _excluded(tr.arldiag_collector, "close", closing)
+        WRITER[0] = 0.0
         with Clock() as c:
             tr.train()
-    return (c.wall - closing.wall) / steps, (c.cpu - closing.cpu) / steps, spent[0] / steps, closing.wall
+    return ((c.wall - closing.wall) / steps, (c.cpu - closing.cpu) / steps, spent[0] / steps, closing.wall,
+            WRITER[0] / steps)
 
 
 # ---------------------------------------------------------------------------------------------------- verl
@@ -189,14 +215,14 @@ def verl_run(tiny: VerlTiny, instrumented: bool, steps: int, run_dir: str) -> tu
         vl.RECORDER.__dict__.pop("_record", None)  # the previous run's timer
         _timed(vl.RECORDER, "_record", spent)
     tiny.update_actor(_StepBatch(cfg))
-    spent[0] = 0.0
+    spent[0] = WRITER[0] = 0.0
     with Clock() as c:
         for _ in range(steps):
             tiny.update_actor(_StepBatch(cfg))
     with Clock() as closing:
         if instrumented:
             vl.RECORDER.close()
-    return c.wall / steps, c.cpu / steps, spent[0] / steps, closing.wall
+    return c.wall / steps, c.cpu / steps, spent[0] / steps, closing.wall, WRITER[0] / steps
 
 
 # ---------------------------------------------------------------------------------------------------- main
@@ -211,6 +237,8 @@ def summarise(name: str, base: list[tuple], inst: list[tuple]) -> dict:
     out["hooks_ms"] = round(statistics.median(i[2] for i in inst) * 1e3, 2)
     out["hooks_share_of_cpu"] = round(statistics.median(i[2] / i[1] for i in inst), 4)
     out["close_ms_per_run"] = round(statistics.median(i[3] for i in inst) * 1e3, 1)
+    out["writer_ms"] = round(statistics.median(i[4] for i in inst) * 1e3, 2)
+    out["writer_share_of_cpu"] = round(statistics.median(i[4] / i[1] for i in inst), 4)
     return out
 
 
@@ -225,6 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(1)
+    _time_writer()
     results = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at start",
                "torch": torch.__version__, "repeat": args.repeat}
     rows = []
@@ -260,7 +289,8 @@ def main(argv: list[str] | None = None) -> None:
                 f" paired {r['paired_ratio_wall']:.3f}); CPU {r['cpu_without']:.1f} -> {r['cpu_with']:.1f} ms/step "
                 f"(ratio {r['ratio_cpu']:.3f})")
         line += (f"; inside the hooks {r['hooks_ms']:.1f} ms CPU/step = {100 * r['hooks_share_of_cpu']:.2f} % of "
-                 f"the step's CPU time; closing the store {r['close_ms_per_run']:.0f} ms once per run")
+                 f"the step's CPU time; closing the store {r['close_ms_per_run']:.0f} ms once per run; writer "
+                 f"thread {r['writer_ms']:.1f} ms CPU/step = {100 * r['writer_share_of_cpu']:.2f} % (close included)")
         print(line, flush=True)
     print(f"machine: {results['machine']}")
     if args.json:
