@@ -139,25 +139,37 @@ def table(cols_spec: Sequence, cols: Mapping[str, Any], n: int) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=lay.schema)
 
 
-def row_table(schema: pa.Schema, row: Mapping[str, Any]) -> pa.Table:
-    """One-row table (steps, alerts, actions rows). The values of each type are converted as one array, then cut
-    into one-row slices (zero-copy): a steps row has ~100 columns. None, and NaN in a non-float column, are nulls.
-    Pass the same schema object for the same columns (cached_schema) to reuse its layout."""
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and v != v)
+
+
+def rows_table(schema: pa.Schema, rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    """Table of Python rows (steps, alerts, actions rows): the values of each type are converted as one
+    [rows, columns] array, then column by column. None (absent), and NaN in a non-float column, are nulls. The
+    collector holds its step rows (~100 columns each) and converts them once per publish, not once per step. Pass
+    the same schema object for the same columns (cached_schema) to reuse its layout."""
     lay = _layout(schema, lambda: schema)
+    n = len(rows)
     cols: list = [None] * len(lay.cols)
     for typ, kind, np_t, idx, names in lay.groups:
-        vals = [row.get(nm) for nm in names]
-        if kind == "float":
-            arr = np.array([np.nan if v is None else v for v in vals], dtype=np_t)  # NaN -> null in _convert
+        vals = [[r.get(nm) for nm in names] for r in rows]
+        if kind == "float":  # NaN -> null in _convert
+            arr = np.array([[np.nan if v is None else v for v in vs] for vs in vals], dtype=np_t).reshape(n, -1)
+            miss = None
         else:
-            miss = [v is None or (isinstance(v, float) and v != v) for v in vals]
-            arr = np.array([0 if m else v for v, m in zip(vals, miss)], dtype=np_t)
-            if any(miss):
-                arr = np.ma.array(arr, mask=miss)
-        out = _convert(arr, typ, kind, np_t)
+            miss = np.array([[_missing(v) for v in vs] for vs in vals], bool).reshape(n, -1)
+            arr = np.array([[0 if _missing(v) else v for v in vs] for vs in vals], dtype=np_t).reshape(n, -1)
         for k, i in enumerate(idx):
-            cols[i] = out.slice(k, 1)
+            col = np.ascontiguousarray(arr[:, k])
+            if miss is not None and miss[:, k].any():
+                col = np.ma.array(col, mask=miss[:, k])
+            cols[i] = _convert(col, typ, kind, np_t)
     for i in lay.strings:
-        v = row.get(lay.cols[i][0])
-        cols[i] = pa.nulls(1, pa.string()) if v is None or (isinstance(v, float) and v != v) else strings([v])
+        name = lay.cols[i][0]
+        cols[i] = strings([None if _missing(r.get(name)) else r.get(name) for r in rows])
     return pa.Table.from_arrays(cols, schema=schema)
+
+
+def row_table(schema: pa.Schema, row: Mapping[str, Any]) -> pa.Table:
+    """One-row table (alerts, actions rows): rows_table of one row."""
+    return rows_table(schema, [row])

@@ -27,11 +27,11 @@ from arldiag.schema import (GROUPS, SCHEMA_VERSION, SEQUENCES, STEP_AGGS, TOKENS
                             USER_METRIC_PREFIX, arrow_schema, derive_step_metrics)
 from arldiag.stats import Bands, UpdateInputs, compute_update, splitmix_unit, top_share
 from arldiag.store.location import StoreRoot, is_url
-from arldiag.store.writer import StoreWriter
+from arldiag.store.writer import PART_ROWS, StoreWriter
 from arldiag.backends import is_torch
 from arldiag.collectors.convert import as_array, as_device_array, check_shape, row_counts
 from arldiag.collectors.staging import owned, signature, stack
-from arldiag.collectors.arrow_rows import cached_schema, row_table as _row_table, table as _table
+from arldiag.collectors.arrow_rows import cached_schema, row_table as _row_table, rows_table, table as _table
 
 log = logging.getLogger("arldiag")
 
@@ -190,6 +190,10 @@ class Collector:
         # record_update(defer=True): (update, inputs, sample ids) of the current step, computed when it is finalised
         self._staged: list[tuple[int, UpdateInputs, np.ndarray]] = []
         self._user: dict[str, float] = {}  # metrics given to record_step for the current step
+        # finalised steps' rows, converted to one Arrow table when they are published (a ~100-column row cost more
+        # to convert on its own than its step's statistics on small steps); the trainer metric names seen, in order
+        self._step_rows: list[dict[str, Any]] = []
+        self._step_user: dict[str, None] = {}
         self._rollout = _RolloutCache()
         self._steps_since_flush = 0
         self._closed = False
@@ -374,6 +378,7 @@ class Collector:
         self._guard("record_update", self._drain_staged)
         if self.writer is not None:
             self._guard("flush", self._release_held)
+            self._guard("flush", self._release_steps)
             self._guard("flush", self.writer.flush, True)
 
     def close(self) -> None:
@@ -385,6 +390,7 @@ class Collector:
                 self._guard("record_step", self._finalise_step)
             if self.writer is not None:
                 self._guard("close", self._release_held)  # rows of a step whose finalising failed
+                self._guard("close", self._release_steps)
                 self._guard("close", self.writer.close)
                 if self.rank == 0:
                     self.manifest["status"] = "finished"
@@ -433,6 +439,14 @@ class Collector:
         held, self._held = self._held, {}
         for table, parts in held.items():
             self._put(table, pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0])
+
+    def _release_steps(self) -> None:
+        """Hand the held step rows to the writer as one table (schema: the raw columns + every trainer metric seen;
+        a row without one of them has a null there, as the writer's concatenation of one-row tables gave)."""
+        rows, self._step_rows = self._step_rows, []
+        user, self._step_user = tuple(self._step_user), {}
+        if rows:
+            self._put("steps", rows_table(cached_schema(("steps",) + user, lambda: _steps_schema(user)), rows))
 
     def _enter_step(self, step: int) -> None:
         if self._step is not None and step != self._step:
@@ -668,9 +682,13 @@ class Collector:
         row = {"step": step, "rank": self.rank, "time": _now_us()}
         row.update({a.name: aggs.get(a.name) for a in STEP_AGGS})
         row.update({USER_METRIC_PREFIX + k: v for k, v in user.items()})
-        schema = cached_schema(("steps",) + tuple(user), lambda: _steps_schema(user))
         self._release_held()
-        self._put("steps", _row_table(schema, row))
+        if self.writer is not None:
+            self._step_rows.append(row)
+            for k in user:
+                self._step_user.setdefault(k)
+            if len(self._step_rows) >= PART_ROWS["steps"]:  # the writer's part size: it publishes them at once
+                self._release_steps()
         watch = True
         if self._pg[1]:  # the whole step on the group's rank 0 (collectors/distributed.py)
             from arldiag.collectors.distributed import reduce_step_aggs
@@ -696,13 +714,14 @@ class Collector:
                                         or time.monotonic() - self._last_flush >= self.flush_every_s):
             self._steps_since_flush = 0
             self._last_flush = time.monotonic()
+            self._release_steps()
             self.writer.flush()
         if self.monitor is not None and watch:
             self._guard("monitor", self.monitor.on_step, step, metrics)
         return metrics
 
 
-def _steps_schema(user: Mapping[str, float]) -> pa.Schema:
+def _steps_schema(user: Sequence[str]) -> pa.Schema:
     """The raw steps columns plus one float64 column per trainer metric."""
     schema = arrow_schema("steps")
     for k in user:

@@ -184,3 +184,28 @@ def test_time_column_keeps_its_value():
     schema = pa.schema([("time", pa.timestamp("us", tz="UTC"))])
     assert row_table(schema, {"time": 1_700_000_000_000_000}).column("time").cast(pa.int64()).to_pylist() == \
         [1_700_000_000_000_000]
+
+
+def test_rows_table_of_rows_with_different_keys_matches_pyarrow():
+    """Held step rows are converted together: a row without a column gets a null there."""
+    from arldiag.collectors.arrow_rows import rows_table
+
+    schema = pa.schema([("step", pa.int64()), ("n", pa.int64()), ("x", pa.float64()), ("m/a", pa.float64()),
+                        ("s", pa.string())])
+    rows = [{"step": 1, "n": 4, "x": 0.5, "m/a": 1.0}, {"step": 2, "n": None, "x": float("nan"), "s": "b"},
+            {"step": 3, "n": float("nan"), "m/a": -2.0}]
+    want = pa.Table.from_pylist([{"step": 1, "n": 4, "x": 0.5, "m/a": 1.0, "s": None},
+                                 {"step": 2, "n": None, "x": None, "m/a": None, "s": "b"},
+                                 {"step": 3, "n": None, "x": None, "m/a": -2.0, "s": None}], schema=schema)
+    assert rows_table(schema, rows).equals(want)
+
+
+def test_step_rows_with_changing_trainer_metrics(tmp_path):
+    """TRL logs some metrics only on generation steps: the steps table has every name, null where not logged."""
+    rng = np.random.default_rng(4)
+    with arldiag.Collector(tmp_path / "r", strict=True, flush_every=3) as col:
+        for s in range(5):
+            col.record_update(s, 0, defer=True, **_update(rng, 2, 3))
+            col.record_step(s, {"loss": float(s), **({"num_tokens": 10.0 * s} if s % 2 == 0 else {})})
+    got = arldiag.open_run(tmp_path / "r").sql("select step, loss, num_tokens from steps order by step").fetchall()
+    assert got == [(0, 0.0, 0.0), (1, 1.0, None), (2, 2.0, 20.0), (3, 3.0, None), (4, 4.0, 40.0)]
