@@ -7,7 +7,8 @@ verl picks the actor's policy loss by name from a registry (``verl.trainer.ppo.c
 - ``arldiag_<mode>`` for every mode registered at that time (``arldiag_gspo``, ``arldiag_cispo``, ...),
 
 each computing verl's loss unchanged and recording, per call (one verl micro-batch), ``log_prob``, ``old_log_prob``,
-``advantages`` and ``response_mask`` through ``Collector.record_update``, plus the actor's ``entropy`` and
+``advantages`` and ``response_mask`` through ``Collector.record_update(..., defer=True)`` (a copy is kept; the
+statistics of the step's micro-batches are computed in one pass when the step ends), plus the actor's ``entropy`` and
 ``ref_log_prob`` when the caller (verl's ``ppo_loss``) has them: verl hands the policy loss only the four tensors, so
 the other two are read from the calling frame's locals (checked by name and shape, skipped otherwise). The metrics
 the inner loss returns (``actor/pg_clipfrac``, ``actor/ppo_kl``, ...) are averaged over the step's calls, as verl
