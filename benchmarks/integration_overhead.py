@@ -7,9 +7,9 @@ a local word-level tokenizer, 8 completions per step, 2 iterations per generatio
 verl: one verl actor step per call of ``update_actor(data)``: micro-batches of a tiny Qwen3 forward (per-token
 log-probs and entropy, laid out as verl's engines hand them to the loss), verl's own ``ppo_loss``
 (verl.workers.utils.losses: policy loss from the registry, entropy and low-var-KL terms), backward, then an AdamW
-step; ``policy_loss.loss_mode`` is ``vanilla`` without the hook and ``arldiag_vanilla`` with it (the run opened from
-``$ARLDIAG_RUN`` as on a verl worker, the step found from ``update_actor`` on the stack, entropy and ref log-probs
-read from ``ppo_loss``'s frame). verl's FSDP engine and Ray are not started: the rest of a verl step (generation,
+step; each call gets a new batch object, as in verl; ``policy_loss.loss_mode`` is ``vanilla`` without the hook and
+``arldiag_vanilla`` with it (the run opened from ``$ARLDIAG_RUN`` as on a verl worker, the step found from
+``update_actor`` on the stack, entropy and ref log-probs read from ``ppo_loss``'s frame). verl's FSDP engine and Ray are not started: the rest of a verl step (generation,
 reference and old log-prob passes) only adds time the hook does not touch, so the tiny model's ratio is an upper
 bound for a real step.
 
@@ -17,8 +17,9 @@ Method: runs with and without the hook alternate in the same process (``--repeat
 drifts of a shared machine hit both; each figure is the median over the runs, for wall-clock time and for the
 process's CPU time (all threads; ``torch.set_num_threads(1)``, so a busy neighbour slows the process without
 changing its CPU time much). The ratio with/without is the overhead; "inside the hooks" is the training thread's CPU
-time in arldiag's calls as a share of the step's CPU time (TRL; the store's writer thread is not in it but is in the
-process's CPU time).
+time in arldiag's calls as a share of the step's CPU time (the store's writer thread is not in it but is in the
+process's CPU time); "writer thread" is that thread's CPU time in publishing Parquet parts, per step, the final
+flush at the store's close included.
 
     python benchmarks/integration_overhead.py [--repeat 7] [--trl-steps 6] [--verl-steps 6] [--json out.json]
 
