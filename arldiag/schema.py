@@ -398,14 +398,22 @@ def derive_step_metrics(aggs: Mapping[str, float]) -> dict[str, float]:
     """Python evaluator: raw aggregates of one step (already merged over updates/ranks) -> metrics (NaN when the
     denominator is 0 or the inputs were not recorded). Mirrors ``metric_sql``."""
     out: dict[str, float] = {}
-    g = lambda k: _f(aggs.get(k))  # noqa: E731
+    # values converted once and read with dict.get (runs once per step in the collector, on the trainer's thread)
+    get = {k: _f(v) for k, v in aggs.items()}.get
+    nan = math.nan
+    g = lambda k: get(k, nan)  # noqa: E731
     for m in STEP_METRICS:
         a = m.args
         if m.kind in ("sum", "max", "min"):
-            v = g(a[0])
+            v = get(a[0], nan)
         elif m.kind == "mean":
-            den = g(a[1])
-            v = m.scale * sum(g(n) for n in a[0]) / den + m.offset if den and den == den else math.nan
+            den = get(a[1], nan)
+            if den and den == den:
+                nums = a[0]
+                num = 0.0 + get(nums[0], nan) if len(nums) == 1 else sum(g(n) for n in nums)  # 0.0 + as sum()
+                v = m.scale * num / den + m.offset
+            else:
+                v = nan
         elif m.kind == "std":
             s, ss, n = g(a[0]), g(a[1]), g(a[2])
             v = math.sqrt(max(ss / n - (s / n) ** 2, 0.0)) if n and n == n else math.nan

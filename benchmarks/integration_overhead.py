@@ -7,9 +7,9 @@ a local word-level tokenizer, 8 completions per step, 2 iterations per generatio
 verl: one verl actor step per call of ``update_actor(data)``: micro-batches of a tiny Qwen3 forward (per-token
 log-probs and entropy, laid out as verl's engines hand them to the loss), verl's own ``ppo_loss``
 (verl.workers.utils.losses: policy loss from the registry, entropy and low-var-KL terms), backward, then an AdamW
-step; ``policy_loss.loss_mode`` is ``vanilla`` without the hook and ``arldiag_vanilla`` with it (the run opened from
-``$ARLDIAG_RUN`` as on a verl worker, the step found from ``update_actor`` on the stack, entropy and ref log-probs
-read from ``ppo_loss``'s frame). verl's FSDP engine and Ray are not started: the rest of a verl step (generation,
+step; each call gets a new batch object, as in verl; ``policy_loss.loss_mode`` is ``vanilla`` without the hook and
+``arldiag_vanilla`` with it (the run opened from ``$ARLDIAG_RUN`` as on a verl worker, the step found from
+``update_actor`` on the stack, entropy and ref log-probs read from ``ppo_loss``'s frame). verl's FSDP engine and Ray are not started: the rest of a verl step (generation,
 reference and old log-prob passes) only adds time the hook does not touch, so the tiny model's ratio is an upper
 bound for a real step.
 
@@ -17,8 +17,9 @@ Method: runs with and without the hook alternate in the same process (``--repeat
 drifts of a shared machine hit both; each figure is the median over the runs, for wall-clock time and for the
 process's CPU time (all threads; ``torch.set_num_threads(1)``, so a busy neighbour slows the process without
 changing its CPU time much). The ratio with/without is the overhead; "inside the hooks" is the training thread's CPU
-time in arldiag's calls as a share of the step's CPU time (TRL; the store's writer thread is not in it but is in the
-process's CPU time).
+time in arldiag's calls as a share of the step's CPU time (the store's writer thread is not in it but is in the
+process's CPU time); "writer thread" is that thread's CPU time in publishing Parquet parts, per step, the final
+flush at the store's close included.
 
     python benchmarks/integration_overhead.py [--repeat 7] [--trl-steps 6] [--verl-steps 6] [--json out.json]
 
@@ -65,6 +66,29 @@ def _timed(obj, name: str, acc: list[float]) -> None:
     setattr(obj, name, wrapper)
 
 
+WRITER = [0.0]  # CPU seconds of the store's writer thread in StoreWriter._publish (Parquet encoding and writing)
+
+
+def _time_writer() -> None:
+    """Count the writer thread's CPU time: it runs beside the training thread, so "inside the hooks" misses it,
+    and the runs here are too short for its periodic flushes (every 10 steps or 5 s) to fall inside the timed
+    steps: the final flush at close is where most of it happens. Reported per step, close included."""
+    from arldiag.store.writer import StoreWriter
+
+    if getattr(StoreWriter._publish, "_timed", False):
+        return
+    publish = StoreWriter._publish
+
+    def timed(self, table):
+        t = time.thread_time()
+        try:
+            return publish(self, table)
+        finally:
+            WRITER[0] += time.thread_time() - t
+    timed._timed = True
+    StoreWriter._publish = timed
+
+
 # ---------------------------------------------------------------------------------------------------- TRL
 def _excluded(obj, name: str, clock: "Clock") -> None:
     """Time ``obj.name`` (a one-off at the end of training) on ``clock`` so that it can be left out of the steps."""
@@ -79,9 +103,10 @@ def _excluded(obj, name: str, clock: "Clock") -> None:
     setattr(obj, name, wrapper)
 
 
-def trl_run(instrumented: bool, steps: int) -> tuple[float, float, float, float]:
-    """(wall, cpu, CPU seconds inside the hooks) per step of ``steps`` TRL GRPO steps, and the wall seconds of the
-    run store's close at the end of training (left out of the steps: a one-off per run, not per step)."""
+def trl_run(instrumented: bool, steps: int) -> tuple[float, float, float, float, float]:
+    """(wall, cpu, CPU seconds inside the hooks) per step of ``steps`` TRL GRPO steps, the wall seconds of the
+    run store's close at the end of training (left out of the steps: a one-off per run, not per step), and the
+    writer thread's CPU seconds per step (close included)."""
     from integrations.trl_setup import grpo_trainer
 
     from arldiag.collectors.trl_grpo import ArldiagGRPOTrainer
@@ -99,12 +124,21 @@ def trl_run(instrumented: bool, steps: int) -> tuple[float, float, float, float]
         closing.wall = closing.cpu = 0.0
         if instrumented:
             _excluded(tr.arldiag_collector, "close", closing)
+        WRITER[0] = 0.0
         with Clock() as c:
             tr.train()
-    return (c.wall - closing.wall) / steps, (c.cpu - closing.cpu) / steps, spent[0] / steps, closing.wall
+    return ((c.wall - closing.wall) / steps, (c.cpu - closing.cpu) / steps, spent[0] / steps, closing.wall,
+            WRITER[0] / steps)
 
 
 # ---------------------------------------------------------------------------------------------------- verl
+class _StepBatch:
+    """A step's batch as verl's worker receives it (a new object per ``update_actor`` call); holds the config."""
+
+    def __init__(self, config):
+        self.config = config
+
+
 class VerlTiny:
     """A tiny actor trained with verl's ppo_loss; ``batch`` sequences of ``prompt`` + ``response`` tokens per step,
     ``micro`` sequences per micro-batch."""
@@ -154,10 +188,14 @@ class VerlTiny:
         pad = torch.zeros(ids.shape[0], 1)
         return {"log_probs": torch.cat([logp, pad], 1).reshape(-1), "entropy": torch.cat([ent, pad], 1).reshape(-1)}
 
-    def update_actor(self, data):  # the name verl's workers use: the recorder counts one step per call
+    def update_actor(self, data):
+        """One step, under the name verl's workers use; ``data`` is a new _StepBatch per call. The recorder counts a
+        step per call from the identity of ``data``: verl hands every step a new batch object (passing the same
+        config object on every call, as this benchmark first did, recorded all steps as one step and left the
+        per-step work to the store's close, outside the timed steps)."""
         from verl.workers.utils.losses import ppo_loss
 
-        config = data
+        config = data.config
         self.opt.zero_grad()
         for ids, d in self.micro:
             loss, _ = ppo_loss(config, self.forward(ids), d)
@@ -177,15 +215,15 @@ def verl_run(tiny: VerlTiny, instrumented: bool, steps: int, run_dir: str) -> tu
         vl.RECORDER.__init__()  # opens the run on its first call, as on a verl worker
         vl.RECORDER.__dict__.pop("_record", None)  # the previous run's timer
         _timed(vl.RECORDER, "_record", spent)
-    tiny.update_actor(cfg)
-    spent[0] = 0.0
+    tiny.update_actor(_StepBatch(cfg))
+    spent[0] = WRITER[0] = 0.0
     with Clock() as c:
         for _ in range(steps):
-            tiny.update_actor(cfg)
+            tiny.update_actor(_StepBatch(cfg))
     with Clock() as closing:
         if instrumented:
             vl.RECORDER.close()
-    return c.wall / steps, c.cpu / steps, spent[0] / steps, closing.wall
+    return c.wall / steps, c.cpu / steps, spent[0] / steps, closing.wall, WRITER[0] / steps
 
 
 # ---------------------------------------------------------------------------------------------------- main
@@ -200,6 +238,8 @@ def summarise(name: str, base: list[tuple], inst: list[tuple]) -> dict:
     out["hooks_ms"] = round(statistics.median(i[2] for i in inst) * 1e3, 2)
     out["hooks_share_of_cpu"] = round(statistics.median(i[2] / i[1] for i in inst), 4)
     out["close_ms_per_run"] = round(statistics.median(i[3] for i in inst) * 1e3, 1)
+    out["writer_ms"] = round(statistics.median(i[4] for i in inst) * 1e3, 2)
+    out["writer_share_of_cpu"] = round(statistics.median(i[4] / i[1] for i in inst), 4)
     return out
 
 
@@ -214,6 +254,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(1)
+    _time_writer()
     results = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at start",
                "torch": torch.__version__, "repeat": args.repeat}
     rows = []
@@ -249,7 +290,8 @@ def main(argv: list[str] | None = None) -> None:
                 f" paired {r['paired_ratio_wall']:.3f}); CPU {r['cpu_without']:.1f} -> {r['cpu_with']:.1f} ms/step "
                 f"(ratio {r['ratio_cpu']:.3f})")
         line += (f"; inside the hooks {r['hooks_ms']:.1f} ms CPU/step = {100 * r['hooks_share_of_cpu']:.2f} % of "
-                 f"the step's CPU time; closing the store {r['close_ms_per_run']:.0f} ms once per run")
+                 f"the step's CPU time; closing the store {r['close_ms_per_run']:.0f} ms once per run; writer "
+                 f"thread {r['writer_ms']:.1f} ms CPU/step = {100 * r['writer_share_of_cpu']:.2f} % (close included)")
         print(line, flush=True)
     print(f"machine: {results['machine']}")
     if args.json:

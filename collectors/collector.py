@@ -27,9 +27,11 @@ from arldiag.schema import (GROUPS, SCHEMA_VERSION, SEQUENCES, STEP_AGGS, TOKENS
                             USER_METRIC_PREFIX, arrow_schema, derive_step_metrics)
 from arldiag.stats import Bands, UpdateInputs, compute_update, splitmix_unit, top_share
 from arldiag.store.location import StoreRoot, is_url
-from arldiag.store.writer import StoreWriter
+from arldiag.store.writer import PART_ROWS, StoreWriter
 from arldiag.backends import is_torch
 from arldiag.collectors.convert import as_array, as_device_array, check_shape, row_counts
+from arldiag.collectors.staging import owned, signature, stack
+from arldiag.collectors.arrow_rows import cached_schema, row_table as _row_table, rows_table, table as _table
 
 log = logging.getLogger("arldiag")
 
@@ -185,7 +187,13 @@ class Collector:
         # per-update rows held until the step is finalised, then handed to the writer as one table each: one queue
         # hand-off (a wake-up of the writer thread) per table per step, not per update
         self._held: dict[str, list[pa.Table]] = {}
+        # record_update(defer=True): (update, inputs, sample ids) of the current step, computed when it is finalised
+        self._staged: list[tuple[int, UpdateInputs, np.ndarray]] = []
         self._user: dict[str, float] = {}  # metrics given to record_step for the current step
+        # finalised steps' rows, converted to one Arrow table when they are published (a ~100-column row cost more
+        # to convert on its own than its step's statistics on small steps); the trainer metric names seen, in order
+        self._step_rows: list[dict[str, Any]] = []
+        self._step_user: dict[str, None] = {}
         self._rollout = _RolloutCache()
         self._steps_since_flush = 0
         self._closed = False
@@ -270,10 +278,15 @@ class Collector:
 
     def record_update(self, step: int, update: int = 0, *, logp, logp_old, advantages, response_mask,
                       logp_ref=None, logp_rollout=None, entropy=None, sample_ids=None, turn_ids=None,
-                      token_ids=None) -> dict[str, float]:
+                      token_ids=None, defer: bool = False) -> dict[str, float]:
         """Record one policy update (PPO epoch x mini-batch) of ``step``. Tensors: padded [B, T] with the loss
         mask ``response_mask``; ``advantages`` [B] or [B, T]; ``turn_ids`` [B] or [B, T]. Returns this update's
-        raw aggregates (handy for logging)."""
+        raw aggregates (handy for logging).
+
+        ``defer=True``: keep a copy of the inputs and compute the statistics when the step is finalised (or at
+        ``flush``), in one pass over all the step's deferred updates (collectors/staging.py): the same rows and
+        aggregates, for a fraction of the per-call cost when a step has many small micro-batches (the verl and TRL
+        hooks use it). Returns ``{}`` then."""
         # accelerator tensors stay on their device: the statistics run there (arldiag/backends.py), no copy to the
         # host; CPU tensors become numpy views (no copy), on which the same statistics cost 2-3x less CPU time than
         # torch's per-op dispatch (benchmarks/integration_overhead.py)
@@ -311,6 +324,9 @@ class Collector:
             check_shape("sample_ids", sid, (B,), "response_mask rows")
         inp = UpdateInputs(lp, lpo, adv, mask, opt.get("logp_ref"), opt.get("logp_rollout"), opt.get("entropy"),
                            turn, tid)
+        if defer:
+            self._guard("record_update", self._stage, int(step), int(update), inp, sid)
+            return {}
         out = self._guard("record_update", self._record_update, int(step), int(update), inp, sid)
         return out or {}
 
@@ -336,7 +352,7 @@ class Collector:
         row = {"step": int(step), "time": _now_us(), "detector": detector,
                "severity": severity, "state": state, "risk": float(risk), "title": title, "message": message,
                "evidence": json.dumps(evidence or {}, default=_json_default), "source": source}
-        self._put("alerts", _row_table(arrow_schema("alerts"), row))
+        self._put("alerts", _row_table(cached_schema(("alerts",), lambda: arrow_schema("alerts")), row))
 
     def record_action(self, step: int, action: str, params: Mapping | None = None, detector: str = "",
                       state: str = "", risk: float = float("nan"), reason: str = "", policy: str = "",
@@ -349,7 +365,7 @@ class Collector:
                "risk": float(risk), "reason": reason, "policy": policy,
                "outcome": json.dumps(outcome or {}, default=_json_default),
                "evidence": json.dumps(evidence or {}, default=_json_default)}
-        self._put("actions", _row_table(arrow_schema("actions"), row))
+        self._put("actions", _row_table(cached_schema(("actions",), lambda: arrow_schema("actions")), row))
         note = getattr(self.monitor, "note_action", None)
         if note is not None:  # the online advice fits the settings the action left (Monitor.note_action)
             self._guard("monitor", note, outcome)
@@ -361,9 +377,11 @@ class Collector:
         log.warning("arldiag: stop requested: %s", reason)
 
     def flush(self) -> None:
-        """Finalise nothing; publish every buffered row now."""
+        """Finalise nothing; publish every buffered row now (deferred updates are computed first)."""
+        self._guard("record_update", self._drain_staged)
         if self.writer is not None:
             self._guard("flush", self._release_held)
+            self._guard("flush", self._release_steps)
             self._guard("flush", self.writer.flush, True)
 
     def close(self) -> None:
@@ -375,6 +393,7 @@ class Collector:
                 self._guard("record_step", self._finalise_step)
             if self.writer is not None:
                 self._guard("close", self._release_held)  # rows of a step whose finalising failed
+                self._guard("close", self._release_steps)
                 self._guard("close", self.writer.close)
                 if self.rank == 0:
                     self.manifest["status"] = "finished"
@@ -424,18 +443,28 @@ class Collector:
         for table, parts in held.items():
             self._put(table, pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0])
 
+    def _release_steps(self) -> None:
+        """Hand the held step rows to the writer as one table (schema: the raw columns + every trainer metric seen;
+        a row without one of them has a null there, as the writer's concatenation of one-row tables gave)."""
+        rows, self._step_rows = self._step_rows, []
+        user, self._step_user = tuple(self._step_user), {}
+        if rows:
+            self._put("steps", rows_table(cached_schema(("steps",) + user, lambda: _steps_schema(user)), rows))
+
     def _enter_step(self, step: int) -> None:
         if self._step is not None and step != self._step:
             self._finalise_step()
         if self._step is None:
             self._step = step
 
-    def _keys(self, n: int, step: int, update: int) -> dict[str, np.ndarray]:
-        return {"step": np.full(n, step, np.int64), "update": np.full(n, update, np.int32),
-                "rank": np.full(n, self.rank, np.int32)}
+    def _keys(self, n: int, step: int, update) -> dict[str, np.ndarray]:
+        """Key columns of ``n`` rows; ``update`` is one update index or one per row ([n])."""
+        upd = np.full(n, update, np.int32) if np.ndim(update) == 0 else update.astype(np.int32, copy=False)
+        return {"step": np.full(n, step, np.int64), "update": upd, "rank": np.full(n, self.rank, np.int32)}
 
     def _record_rollout(self, step, sid, per_sample, mask, tok, lpr, texts) -> None:
         self._enter_step(step)
+        self._drain_staged()  # deferred updates see the rollout cache as it was when they were recorded
         B = sid.shape[0]
         lengths = mask.sum(axis=1).astype(np.int64) if mask is not None else np.zeros(B, np.int64)
         if mask is not None:
@@ -505,11 +534,46 @@ class Collector:
         self._put("groups", _table(GROUPS, cols, ug.size))
         return {"n_groups": ug.size, "n_groups_zero_std": int(zero.sum()), "sum_group_reward_std": float(std.sum())}
 
+    def _stage(self, step: int, update: int, inp: UpdateInputs, sid: np.ndarray | None) -> None:
+        self._enter_step(step)
+        sid = self._sample_ids(step, inp, sid)
+        self._staged.append((update, owned(inp), np.array(sid)))
+
+    def _drain_staged(self) -> None:
+        """Compute the deferred updates of the current step: one pass per group of updates that gave the same
+        inputs (in practice one per step)."""
+        staged, self._staged = self._staged, []
+        if not staged:
+            return
+        if "turn" in self._rollout.cols:  # per-turn samples take their turn ids per update (all rows known or none)
+            batches = [[s] for s in staged]
+        else:
+            by_sig: dict[tuple, list] = {}
+            for s in staged:
+                by_sig.setdefault(signature(s[1]), []).append(s)
+            batches = list(by_sig.values())
+        for batch in batches:
+            self._record_updates(self._step, batch)
+
+    @staticmethod
+    def _sample_ids(step: int, inp: UpdateInputs, sid: np.ndarray | None) -> np.ndarray:
+        if sid is None:  # unique within the update but not linkable to a rollout
+            sid = (np.int64(step) << np.int64(32)) + np.arange(inp.mask.shape[0], dtype=np.int64)
+        return sid
+
     def _record_update(self, step: int, update: int, inp: UpdateInputs, sid: np.ndarray | None) -> dict:
         self._enter_step(step)
+        self._drain_staged()  # rows keep the order of the calls
+        return self._record_updates(step, [(update, inp, self._sample_ids(step, inp, sid))])
+
+    def _record_updates(self, step: int, batch: list[tuple[int, UpdateInputs, np.ndarray]]) -> dict:
+        """Statistics and rows of the updates in ``batch`` (one, or several stacked by collectors/staging.py)."""
+        self._enter_step(step)
+        sizes = [b[1].mask.shape[0] for b in batch]
+        inp = stack([b[1] for b in batch])
+        sid = batch[0][2] if len(batch) == 1 else np.concatenate([b[2] for b in batch])
+        update = batch[0][0] if len(batch) == 1 else np.repeat(np.array([b[0] for b in batch], np.int32), sizes)
         B = inp.mask.shape[0]
-        if sid is None:
-            sid = (np.int64(step) << np.int64(32)) + np.arange(B, dtype=np.int64)  # unique but not linkable
         j = self._rollout.lookup(sid)
         known = j >= 0
         # Align the rollout engine's log-probs / ids with the trainer's masked tokens (same count per sample).
@@ -534,7 +598,7 @@ class Collector:
             inp.turn_ids = self._rollout.cols["turn"][j]  # per-turn samples: the rollout said which turn each is
         res = compute_update(inp, self.bands)
         merge_into(self._aggs, res.aggs)
-        self._updates.add(update)
+        self._updates.update(b[0] for b in batch)
         self._seq_k3.append(res.seq_k3[res.nonempty])
 
         seq = res.seq
@@ -565,29 +629,34 @@ class Collector:
         if turn is not None and turn["row"].size:
             r = turn["row"]
             tcols = {k: v for k, v in turn.items() if k != "row"}
-            tcols.update(self._keys(r.size, step, update))
+            tcols.update(self._keys(r.size, step, update if np.ndim(update) == 0 else update[r]))
             tcols["sample_id"] = sid[r]
             self._hold("turns", _table(TURNS, tcols, r.size))
 
-        self._put_tokens(step, update, sid, res)
+        self._put_tokens(step, update, sizes, sid, res)
         return res.aggs
 
-    def _put_tokens(self, step, update, sid, res) -> None:
+    def _put_tokens(self, step, update, sizes, sid, res) -> None:
+        """Token rows of the sampled, anomalous and top-1% KL samples; ``sizes``: rows per update of the batch."""
         rate = self.token_sample_rate
         seq_k3 = res.seq_k3
         B = sid.shape[0]
         sampled = splitmix_unit(sid) < rate if rate < 1.0 else np.ones(B, bool)
         keep = sampled | res.anomalous
-        if B and np.isfinite(seq_k3).any():  # always keep the top-1% KL contributors of the update
-            k = max(1, int(np.ceil(0.01 * B)))
-            top = np.argpartition(np.where(np.isfinite(seq_k3), seq_k3, -np.inf), B - k)[B - k:]
-            keep[top] = True
+        start = 0
+        for nb in sizes:  # always keep the top-1% KL contributors of each update
+            seg = seq_k3[start:start + nb]
+            fin = np.isfinite(seg)
+            if nb and fin.any():
+                k = max(1, int(np.ceil(0.01 * nb)))
+                keep[start + np.argpartition(np.where(fin, seg, -np.inf), nb - k)[nb - k:]] = True
+            start += nb
         if not keep.any():
             return
         tok = res.token_rows(keep)  # only the kept rows leave the device
         r = tok["rows"]
         n = r.size
-        cols = self._keys(n, step, update)
+        cols = self._keys(n, step, update if np.ndim(update) == 0 else update[r])
         cols.update(sample_id=sid[r], pos=tok["pos"].astype(np.int32), turn=tok["turn"], logp=tok["logp"],
                     logp_old=tok["logp_old"], advantage=tok["advantage"],
                     log_ratio=tok["log_ratio"].astype(np.float32), sampled=sampled[r])
@@ -607,6 +676,7 @@ class Collector:
         step = self._step
         if step is None:
             return {}
+        self._guard("record_update", self._drain_staged)
         aggs = self._aggs
         aggs["n_updates"] = len(self._updates)
         if self._seq_k3:
@@ -615,11 +685,13 @@ class Collector:
         row = {"step": step, "rank": self.rank, "time": _now_us()}
         row.update({a.name: aggs.get(a.name) for a in STEP_AGGS})
         row.update({USER_METRIC_PREFIX + k: v for k, v in user.items()})
-        schema = arrow_schema("steps")
-        for k in user:
-            schema = schema.append(pa.field(USER_METRIC_PREFIX + k, pa.float64()))
         self._release_held()
-        self._put("steps", _row_table(schema, row))
+        if self.writer is not None:
+            self._step_rows.append(row)
+            for k in user:
+                self._step_user.setdefault(k)
+            if len(self._step_rows) >= PART_ROWS["steps"]:  # the writer's part size: it publishes them at once
+                self._release_steps()
         watch = True
         if self._pg[1]:  # the whole step on the group's rank 0 (collectors/distributed.py)
             from arldiag.collectors.distributed import reduce_step_aggs
@@ -645,103 +717,23 @@ class Collector:
                                         or time.monotonic() - self._last_flush >= self.flush_every_s):
             self._steps_since_flush = 0
             self._last_flush = time.monotonic()
+            self._release_steps()
             self.writer.flush()
         if self.monitor is not None and watch:
             self._guard("monitor", self.monitor.on_step, step, metrics)
         return metrics
 
 
-_NP_TYPES = {pa.float32(): np.float32, pa.float64(): np.float64, pa.int16(): np.int16, pa.int32(): np.int32,
-             pa.int64(): np.int64, pa.bool_(): np.bool_}
-
-
-def _strings(values: list) -> pa.Array:
-    """Arrow string array from Python strings (None = null), built from offset/data buffers."""
-    enc = [b"" if x is None else str(x).encode() for x in values]
-    offsets = np.zeros(len(enc) + 1, np.int32)
-    np.cumsum([len(b) for b in enc], out=offsets[1:])
-    miss = np.array([x is None for x in values], bool)
-    validity = _bits(~miss) if miss.any() else None
-    return pa.Array.from_buffers(pa.string(), len(enc), [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(enc))],
-                                 null_count=int(miss.sum()))
-
-
-def _nulls(n: int, typ: pa.DataType) -> pa.Array:
-    return pa.nulls(n, typ)  # (unlike pa.array, pa.nulls does not import pandas)
+def _steps_schema(user: Sequence[str]) -> pa.Schema:
+    """The raw steps columns plus one float64 column per trainer metric."""
+    schema = arrow_schema("steps")
+    for k in user:
+        schema = schema.append(pa.field(USER_METRIC_PREFIX + k, pa.float64()))
+    return schema
 
 
 def _now_us() -> int:
     return int(_dt.datetime.now(_dt.timezone.utc).timestamp() * 1_000_000)
-
-
-def _row_table(schema: pa.Schema, row: Mapping[str, Any]) -> pa.Table:
-    """One-row table (steps/alerts rows) without pa.array/from_pylist, which import pandas. The values of each type
-    are converted as one array, then cut into one-row slices (zero-copy): a steps row has ~100 columns, and one
-    conversion per column was most of the cost of finalising a step."""
-    cols: list = [None] * len(schema)
-    by_type: dict[pa.DataType, list[tuple[int, Any]]] = {}
-    for i, f in enumerate(schema):
-        v = row.get(f.name)
-        if v is None or (isinstance(v, float) and v != v and not pa.types.is_floating(f.type)):
-            cols[i] = _nulls(1, f.type)
-        elif f.type == pa.string():
-            cols[i] = _strings([v])
-        else:
-            by_type.setdefault(f.type, []).append((i, v))
-    for typ, items in by_type.items():
-        arr = np_to_arrow(np.array([v for _, v in items]), typ)
-        for k, (i, _) in enumerate(items):
-            cols[i] = arr.slice(k, 1)
-    return pa.Table.from_arrays(cols, schema=schema)
-
-
-def _bits(mask: np.ndarray) -> pa.Buffer:
-    return pa.py_buffer(np.packbits(mask, bitorder="little"))
-
-
-def np_to_arrow(v: np.ndarray, typ: pa.DataType) -> pa.Array:
-    """Zero-copy numpy -> Arrow for primitive columns (NaN floats become nulls).
-
-    Built from buffers rather than ``pa.array`` because the latter probes for pandas and imports it, which
-    would put pandas on the trainer's hot path."""
-    n = v.shape[0]
-    if typ == pa.string():
-        return _strings(list(v))
-    if pa.types.is_timestamp(typ):
-        return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(np.ascontiguousarray(v, np.int64))])
-    validity, nulls = None, 0
-    if isinstance(v, np.ma.MaskedArray):
-        miss = np.ma.getmaskarray(v)
-        nulls = int(miss.sum())
-        validity = _bits(~miss) if nulls else None
-        v = v.filled(0)
-    if typ == pa.bool_():
-        return pa.Array.from_buffers(typ, n, [validity, _bits(v.astype(bool, copy=False))], null_count=nulls)
-    v = np.ascontiguousarray(v.astype(_NP_TYPES[typ], copy=False))
-    if v.dtype.kind == "f" and validity is None:
-        nan = np.isnan(v)
-        nulls = int(nan.sum())
-        if nulls:
-            validity = _bits(~nan)
-    return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(v)], null_count=nulls)
-
-
-def _table(cols_spec, cols: Mapping[str, Any], n: int) -> pa.Table:
-    """Arrow table in schema order; absent columns become nulls."""
-    arrays, fields = [], []
-    for c in cols_spec:
-        v = cols.get(c.name)
-        if v is None:
-            arr = _nulls(n, c.type)
-        elif isinstance(v, (pa.Array, pa.ChunkedArray)):
-            arr = v.cast(c.type) if v.type != c.type else v
-        elif isinstance(v, list):
-            arr = _strings(v)
-        else:
-            arr = np_to_arrow(v if isinstance(v, np.ma.MaskedArray) else np.asarray(v), c.type)
-        arrays.append(arr)
-        fields.append(pa.field(c.name, c.type))
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def _json_default(o):

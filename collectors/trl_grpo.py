@@ -130,7 +130,7 @@ class ArldiagGRPOMixin:
             step, self._arldiag_updates, logp=logps, logp_old=logps if old is None else old,
             advantages=inputs["advantages"], response_mask=mask, logp_ref=inputs.get("ref_per_token_logps"),
             entropy=None if entropies is None else entropies.detach(), sample_ids=inputs.get(SAMPLE_ID_KEY),
-            token_ids=inputs["completion_ids"])
+            token_ids=inputs["completion_ids"], defer=True)
         self._arldiag_updates += 1
 
     def _arldiag_step(self) -> int:

@@ -7,7 +7,8 @@ verl picks the actor's policy loss by name from a registry (``verl.trainer.ppo.c
 - ``arldiag_<mode>`` for every mode registered at that time (``arldiag_gspo``, ``arldiag_cispo``, ...),
 
 each computing verl's loss unchanged and recording, per call (one verl micro-batch), ``log_prob``, ``old_log_prob``,
-``advantages`` and ``response_mask`` through ``Collector.record_update``, plus the actor's ``entropy`` and
+``advantages`` and ``response_mask`` through ``Collector.record_update(..., defer=True)`` (a copy is kept; the
+statistics of the step's micro-batches are computed in one pass when the step ends), plus the actor's ``entropy`` and
 ``ref_log_prob`` when the caller (verl's ``ppo_loss``) has them: verl hands the policy loss only the four tensors, so
 the other two are read from the calling frame's locals (checked by name and shape, skipped otherwise). The metrics
 the inner loss returns (``actor/pg_clipfrac``, ``actor/ppo_kl``, ...) are averaged over the step's calls, as verl
@@ -109,12 +110,16 @@ class VerlLossRecorder:
             monitor = Monitor(sinks=("console", "store"))
         self.collector = Collector(run_dir, config={"framework": "verl", "loss_mode": inner,
                                                     "auto_stabilize": policy or None}, clip=(low, high),
-                                   algorithm=inner, rank=rank, world_size=world, flush_every=1,
+                                   algorithm=inner, rank=rank, world_size=world,
                                    dual_clip_c=float(_get(config, "clip_ratio_c", 3.0)), monitor=monitor)
         if policy:
             attach_stabilizer(self, policy)
-        # Ray may end a worker without running exit handlers: steps are published as they finish (flush_every=1);
-        # the last step is finalised by close(), at exit when the process exits normally
+        # Ray may end a worker without running exit handlers: a finished step is published when 5 s passed since the
+        # last publish (the Collector's flush_every_s), i.e. as it finishes when steps take longer than that, as
+        # verl's do, and with at most 10 steps' delay when they are shorter (each publish writes one Parquet part
+        # per table, ~8 ms of writer CPU for a ~100-column steps row: per step, that was 20 % of a tiny step,
+        # docs/integrations/overhead.md); the last step is finalised by close(), at exit when the process exits
+        # normally
         import atexit
 
         atexit.register(self.close)
@@ -152,7 +157,7 @@ class VerlLossRecorder:
                 self.step, self._updates = step, 0
             col.record_update(step, self._updates, logp=log_prob.detach(), logp_old=old_log_prob,
                               advantages=advantages, response_mask=response_mask,
-                              entropy=extra.get("entropy"), logp_ref=extra.get("ref_log_prob"))
+                              entropy=extra.get("entropy"), logp_ref=extra.get("ref_log_prob"), defer=True)
             self._updates += 1
             for k, v in pg_metrics.items():
                 v = getattr(v, "value", v)  # verl may wrap values in a Metric

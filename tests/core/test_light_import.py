@@ -7,6 +7,8 @@ import sys, numpy as np, arldiag
 col = arldiag.Collector(sys.argv[1])
 col.record_update(0, logp=np.zeros((2, 3)), logp_old=np.zeros((2, 3)), advantages=[1.0, -1.0],
                   response_mask=np.ones((2, 3), bool))
+col.record_update(0, 1, logp=np.zeros((2, 3)), logp_old=np.zeros((2, 3)), advantages=[1.0, -1.0],
+                  response_mask=np.ones((2, 3), bool), defer=True)  # the stacked, once-per-step path
 col.record_step(0, {"grad_norm": 1.0})
 col.close()
 heavy = [m for m in ("duckdb", "dash", "plotly", "pandas", "polars", "torch", "scipy", "wandb", "requests")
