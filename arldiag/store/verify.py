@@ -53,7 +53,9 @@ def part_problem(f, fs=None, full: bool = False) -> str | None:
     try:
         fh = fs.open(f, "rb") if fs is not None else open(f, "rb")
         with fh:
-            pq.ParquetFile(fh).read()
+            # one thread: verification needs no parallel decode, and pyarrow's pool threads still busy at exit
+            # aborted the process once under load ("terminate called without an active exception")
+            pq.ParquetFile(fh).read(use_threads=False)
     except Exception as exc:  # noqa: BLE001
         return f"corrupt data, {meta.num_rows:,d} rows lost ({_short(exc)})"
     return None
