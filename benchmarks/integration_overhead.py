@@ -4,14 +4,15 @@ TRL: the tiny GRPO training of the integration tests (tests/integrations/trl_set
 a local word-level tokenizer, 8 completions per step, 2 iterations per generation batch, beta > 0, CPU) with TRL's
 ``GRPOTrainer`` and with arldiag's drop-in ``ArldiagGRPOTrainer`` (rollout + update + step hooks, run store written).
 
-verl: one verl actor step per call of ``update_actor(data)``: micro-batches of a tiny Qwen3 forward (per-token
-log-probs and entropy, laid out as verl's engines hand them to the loss), verl's own ``ppo_loss``
-(verl.workers.utils.losses: policy loss from the registry, entropy and low-var-KL terms), backward, then an AdamW
-step; each call gets a new batch object, as in verl; ``policy_loss.loss_mode`` is ``vanilla`` without the hook and
-``arldiag_vanilla`` with it (the run opened from ``$ARLDIAG_RUN`` as on a verl worker, the step found from
-``update_actor`` on the stack, entropy and ref log-probs read from ``ppo_loss``'s frame). verl's FSDP engine and Ray are not started: the rest of a verl step (generation,
-reference and old log-prob passes) only adds time the hook does not touch, so the tiny model's ratio is an upper
-bound for a real step.
+verl: a PPO step (``--verl-mode full``) or the actor update alone (``update``), ``both`` by default. The update is
+one call of ``update_actor(data)``: micro-batches of a tiny Qwen3 forward (per-token log-probs and entropy, laid out
+as verl's engines hand them to the loss), verl's own ``ppo_loss`` (verl.workers.utils.losses: policy loss from the
+registry, entropy and low-var-KL terms), backward, then an AdamW step; each call gets a new batch object, as in
+verl; ``policy_loss.loss_mode`` is ``vanilla`` without the hook and ``arldiag_vanilla`` with it (the run opened from
+``$ARLDIAG_RUN`` as on a verl worker, the step found from ``update_actor`` on the stack, entropy and ref log-probs
+read from ``ppo_loss``'s frame). The PPO step first does what the rest of a verl step does, which the hook does not
+touch (VerlTiny.rollout): generation with sampling (HF ``generate`` in place of vLLM/SGLang), the old- and
+reference-log-prob passes, GRPO advantages. verl's FSDP engine and Ray are not started.
 
 Method: runs with and without the hook alternate in the same process (``--repeat`` pairs after a warm-up pair), so
 drifts of a shared machine hit both; each figure is the median over the runs, for wall-clock time and for the
@@ -21,7 +22,8 @@ time in arldiag's calls as a share of the step's CPU time (the store's writer th
 process's CPU time); "writer thread" is that thread's CPU time in publishing Parquet parts, per step, the final
 flush at the store's close included.
 
-    python benchmarks/integration_overhead.py [--repeat 7] [--trl-steps 6] [--verl-steps 6] [--json out.json]
+    python benchmarks/integration_overhead.py [--repeat 7] [--trl-steps 6] [--verl-steps 6] [--verl-mode both]
+        [--verl-phases 16] [--json out.json]
 
 Figures, not assertions.
 """
@@ -133,10 +135,12 @@ def trl_run(instrumented: bool, steps: int) -> tuple[float, float, float, float,
 
 # ---------------------------------------------------------------------------------------------------- verl
 class _StepBatch:
-    """A step's batch as verl's worker receives it (a new object per ``update_actor`` call); holds the config."""
+    """A step's batch as verl's worker receives it (a new object per ``update_actor`` call): the config and, in a
+    full step, the micro-batches built from this step's rollout (None: the fixed ones)."""
 
-    def __init__(self, config):
+    def __init__(self, config, micro=None):
         self.config = config
+        self.micro = micro
 
 
 class VerlTiny:
@@ -145,28 +149,64 @@ class VerlTiny:
 
     def __init__(self, batch: int = 16, micro: int = 4, prompt: int = 8, response: int = 48, seed: int = 0):
         import torch
-        from tensordict import TensorDict
-        from verl.utils import tensordict_utils as tu
 
         from integrations.trl_setup import tiny_model_and_tokenizer
 
-        self.model, tok = tiny_model_and_tokenizer(seed)
+        import copy
+
+        self.model, self.tok = tiny_model_and_tokenizer(seed)
+        self.ref = copy.deepcopy(self.model).eval()  # the reference policy of the KL term
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
-        g = torch.Generator().manual_seed(seed)
-        B, P, R = batch, prompt, response
-        ids = torch.randint(4, len(tok), (B, P + R), generator=g)
-        mask = (torch.arange(R)[None, :] < torch.randint(R // 2, R + 1, (B, 1), generator=g)).float()
-        self.micro = []
-        for i in range(0, B, micro):
-            sl = slice(i, i + micro)
+        self.g = g = torch.Generator().manual_seed(seed)
+        self.B, self.P, self.R, self.mb = B, P, R, mb = batch, prompt, response, micro
+        ids = torch.randint(4, len(self.tok), (B, P + R), generator=g)
+        # responses end at an EOS at different lengths: the loss mask covers the tokens before it
+        self.mask = mask = (torch.arange(R)[None, :] < torch.randint(R // 2, R + 1, (B, 1), generator=g)).float()
+        self.prompts = ids[:, :P]
+        self.micro = self._micro_batches(ids, -torch.rand(B, R, generator=g) * 2, -torch.rand(B, R, generator=g) * 2,
+                                         torch.randn(B, 1, generator=g))
+
+    def _micro_batches(self, ids, old_log_probs, ref_log_prob, adv):
+        """verl's micro-batches (TensorDicts laid out as its engines hand them to ppo_loss) of a [B, P + R] batch."""
+        import torch
+        from tensordict import TensorDict
+        from verl.utils import tensordict_utils as tu
+
+        B, P, R, mb = self.B, self.P, self.R, self.mb
+        out = []
+        for i in range(0, B, mb):
+            sl = slice(i, i + mb)
             d = TensorDict({"prompts": ids[sl, :P], "responses": ids[sl, P:],
-                            "attention_mask": torch.ones(micro, P + R, dtype=torch.long), "response_mask": mask[sl],
-                            "old_log_probs": -torch.rand(micro, R, generator=g) * 2,
-                            "ref_log_prob": -torch.rand(micro, R, generator=g) * 2,
-                            "advantages": torch.randn(micro, 1, generator=g).expand(micro, R).contiguous()},
-                           batch_size=[micro])
-            tu.assign_non_tensor(d, dp_size=1, batch_num_tokens=int(mask.sum()), global_batch_size=B)
-            self.micro.append((ids[sl], d))
+                            "attention_mask": torch.ones(mb, P + R, dtype=torch.long), "response_mask": self.mask[sl],
+                            "old_log_probs": old_log_probs[sl], "ref_log_prob": ref_log_prob[sl],
+                            "advantages": adv[sl].expand(mb, R).contiguous()}, batch_size=[mb])
+            tu.assign_non_tensor(d, dp_size=1, batch_num_tokens=int(self.mask.sum()), global_batch_size=B)
+            out.append((ids[sl], d))
+        return out
+
+    def rollout(self, group: int = 4):
+        """The rest of a verl step, which the hook does not touch: generate ``R`` tokens per prompt (sampling,
+        KV cache: HF ``generate`` in place of verl's vLLM/SGLang engine), the old- and reference-log-prob passes
+        (no grad, micro-batched), and GRPO advantages (reward z-scored within groups of ``group``). Returns the
+        step's micro-batches."""
+        import torch
+
+        with torch.no_grad():
+            ids = self.model.generate(self.prompts, attention_mask=torch.ones_like(self.prompts), do_sample=True,
+                                      top_k=0, top_p=1.0, max_new_tokens=self.R, min_new_tokens=self.R,
+                                      pad_token_id=self.tok.pad_token_id)
+            old = torch.cat([self.response_log_probs(self.model, ids[i:i + self.mb]) for i in range(0, self.B, self.mb)])
+            ref = torch.cat([self.response_log_probs(self.ref, ids[i:i + self.mb]) for i in range(0, self.B, self.mb)])
+        reward = torch.rand(self.B // group, group, generator=self.g)
+        adv = ((reward - reward.mean(1, keepdim=True)) / (reward.std(1, keepdim=True) + 1e-6)).reshape(self.B, 1)
+        return self._micro_batches(ids, old, ref, adv)
+
+    def response_log_probs(self, model, ids):
+        """[b, R] log-probs of the response tokens of ``ids`` [b, P + R] under ``model``."""
+        import torch
+
+        logits = model(input_ids=ids).logits[:, self.P - 1:-1].float()
+        return torch.log_softmax(logits, -1).gather(-1, ids[:, self.P:, None]).squeeze(-1)
 
     @staticmethod
     def config(mode: str):
@@ -197,15 +237,18 @@ class VerlTiny:
 
         config = data.config
         self.opt.zero_grad()
-        for ids, d in self.micro:
+        for ids, d in data.micro or self.micro:
             loss, _ = ppo_loss(config, self.forward(ids), d)
             loss.backward()
         self.opt.step()
 
 
-def verl_run(tiny: VerlTiny, instrumented: bool, steps: int, run_dir: str) -> tuple[float, float, float, float]:
-    """(wall, cpu, CPU seconds inside the hook) per step of ``steps`` actor steps, after one step that is not timed
-    (with the hook it opens the run store), and the wall seconds of the store's close (not in the steps)."""
+def verl_run(tiny: VerlTiny, instrumented: bool, steps: int, run_dir: str,
+             full: bool = False) -> tuple[float, float, float, float]:
+    """(wall, cpu, CPU seconds inside the hook) per step of ``steps`` steps, after one step that is not timed (with
+    the hook it opens the run store), and the wall seconds of the store's close (not in the steps). A step is one
+    actor update (``update_actor``) on fixed micro-batches, or with ``full`` a whole PPO step: the rollout
+    (generation, log-prob passes, advantages: VerlTiny.rollout) and then the update on its micro-batches."""
     from arldiag.collectors import verl_loss as vl
 
     cfg = tiny.config("arldiag_vanilla" if instrumented else "vanilla")
@@ -215,15 +258,47 @@ def verl_run(tiny: VerlTiny, instrumented: bool, steps: int, run_dir: str) -> tu
         vl.RECORDER.__init__()  # opens the run on its first call, as on a verl worker
         vl.RECORDER.__dict__.pop("_record", None)  # the previous run's timer
         _timed(vl.RECORDER, "_record", spent)
-    tiny.update_actor(_StepBatch(cfg))
+    def step():
+        tiny.update_actor(_StepBatch(cfg, tiny.rollout() if full else None))
+
+    step()
     spent[0] = WRITER[0] = 0.0
     with Clock() as c:
         for _ in range(steps):
-            tiny.update_actor(_StepBatch(cfg))
+            step()
     with Clock() as closing:
         if instrumented:
             vl.RECORDER.close()
     return c.wall / steps, c.cpu / steps, spent[0] / steps, closing.wall, WRITER[0] / steps
+
+
+def verl_phases(tiny: VerlTiny, runs: int, steps: int, tmp: str) -> dict:
+    """Median wall ms per step of the rollout and of the update, without and with the hook, over ``runs``
+    alternating runs of ``steps`` PPO steps (the first step of each run not timed): which phase the difference is in
+    (the rollout's run-to-run spread dominates the whole step's ratio)."""
+    from arldiag.collectors import verl_loss as vl
+
+    res: dict[bool, list] = {False: [], True: []}
+    for k in range(runs):
+        inst = (k % 2 == 0) ^ (k % 4 >= 2)
+        cfg = tiny.config("arldiag_vanilla" if inst else "vanilla")
+        if inst:
+            os.environ[vl.RUN_ENV] = f"{tmp}/phases{k}"
+            vl.RECORDER.__init__()
+        ro = up = 0.0
+        for s in range(steps + 1):
+            t0 = time.perf_counter()
+            micro = tiny.rollout()
+            t1 = time.perf_counter()
+            tiny.update_actor(_StepBatch(cfg, micro))
+            if s:
+                ro, up = ro + t1 - t0, up + time.perf_counter() - t1
+        if inst:
+            vl.RECORDER.close()
+        res[inst].append((ro / steps * 1e3, up / steps * 1e3))
+    return {("with" if inst else "without"): {ph: round(statistics.median(r[i] for r in res[inst]), 2)
+                                             for i, ph in enumerate(("rollout_ms", "update_ms"))}
+            for inst in (False, True)}
 
 
 # ---------------------------------------------------------------------------------------------------- main
@@ -249,6 +324,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--trl-steps", type=int, default=6)
     ap.add_argument("--verl-steps", type=int, default=6)
     ap.add_argument("--only", choices=("trl", "verl"))
+    ap.add_argument("--verl-mode", choices=("full", "update", "both"), default="both",
+                    help="verl step measured: a whole PPO step (rollout + update), the actor update alone, or both")
+    ap.add_argument("--verl-phases", type=int, default=0, metavar="RUNS",
+                    help="also time the verl PPO step's rollout and update separately over RUNS alternating runs")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     import torch
@@ -275,15 +354,27 @@ def main(argv: list[str] | None = None) -> None:
 
         results["verl"] = verl.__version__
         tiny = VerlTiny()
+        modes = {"update": [False], "full": [True], "both": [True, False]}[args.verl_mode]
+        for full in modes:
+            with tempfile.TemporaryDirectory() as tmp:
+                verl_run(tiny, False, 1, "", full), verl_run(tiny, True, 1, f"{tmp}/warm", full)
+                base, inst = [], []
+                for k in range(args.repeat):
+                    for instrumented in ((False, True) if k % 2 == 0 else (True, False)):
+                        (inst if instrumented else base).append(verl_run(tiny, instrumented, args.verl_steps,
+                                                                         f"{tmp}/run{k}", full))
+            what = ("verl PPO step (generate 48 tokens, old and ref log-prob passes, update)" if full
+                    else "verl actor update only (update_actor: ppo_loss)")
+            rows.append(summarise(f"{what}, tiny Qwen3, 16 x (8 + 48) tokens, 4 micro-batches, "
+                                  f"{args.verl_steps} steps", base, inst))
+    if args.verl_phases and args.only != "trl":
         with tempfile.TemporaryDirectory() as tmp:
-            verl_run(tiny, False, 1, ""), verl_run(tiny, True, 1, f"{tmp}/warm")
-            base, inst = [], []
-            for k in range(args.repeat):
-                for instrumented in ((False, True) if k % 2 == 0 else (True, False)):
-                    (inst if instrumented else base).append(verl_run(tiny, instrumented, args.verl_steps,
-                                                                     f"{tmp}/run{k}"))
-        rows.append(summarise(f"verl actor step (ppo_loss), tiny Qwen3, 16 x (8 + 48) tokens, 4 micro-batches, "
-                              f"{args.verl_steps} steps", base, inst))
+            results["verl_phases"] = ph = verl_phases(tiny, args.verl_phases, args.verl_steps, tmp)
+        w, o = ph["with"], ph["without"]
+        print(f"verl PPO step by phase ({args.verl_phases} alternating runs): rollout {o['rollout_ms']:.1f} -> "
+              f"{w['rollout_ms']:.1f} ms, update {o['update_ms']:.1f} -> {w['update_ms']:.1f} ms; the update's "
+              f"difference is {100 * (w['update_ms'] - o['update_ms']) / (o['rollout_ms'] + o['update_ms']):.2f} % "
+              f"of the step", flush=True)
     results["results"] = rows
     for r in rows:
         line = (f"{r['name']}: wall {r['wall_without']:.1f} -> {r['wall_with']:.1f} ms/step (ratio {r['ratio_wall']:.3f},"

@@ -139,6 +139,22 @@ def table(cols_spec: Sequence, cols: Mapping[str, Any], n: int) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=lay.schema)
 
 
+def concat_columns(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Column dicts with the same keys (numpy arrays, masked arrays or lists of strings) joined row-wise, in order."""
+    if len(parts) == 1:
+        return dict(parts[0])
+    out: dict[str, Any] = {}
+    for name in parts[0]:
+        vals = [p[name] for p in parts]
+        if isinstance(vals[0], list):
+            out[name] = [x for v in vals for x in v]
+        elif any(isinstance(v, np.ma.MaskedArray) for v in vals):
+            out[name] = np.ma.concatenate([np.ma.asarray(v) for v in vals])
+        else:
+            out[name] = np.concatenate([np.asarray(v) for v in vals])
+    return out
+
+
 def _missing(v: Any) -> bool:
     return v is None or (isinstance(v, float) and v != v)
 

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from arldiag import __version__
-from arldiag.schema import (GROUPS, SCHEMA_VERSION, SEQUENCES, STEP_AGGS, TOKENS, TURNS,
+from arldiag.schema import (GROUPS, SCHEMA_VERSION, SEQUENCES, STEP_AGGS, TABLES, TOKENS, TURNS,
                             USER_METRIC_PREFIX, arrow_schema, derive_step_metrics)
 from arldiag.stats import Bands, UpdateInputs, compute_update, splitmix_unit, top_share
 from arldiag.store.location import StoreRoot, is_url
@@ -31,11 +31,15 @@ from arldiag.store.writer import PART_ROWS, StoreWriter
 from arldiag.backends import is_torch
 from arldiag.collectors.convert import as_array, as_device_array, check_shape, row_counts
 from arldiag.collectors.staging import owned, signature, stack
-from arldiag.collectors.arrow_rows import cached_schema, row_table as _row_table, rows_table, table as _table
+from arldiag.collectors.arrow_rows import (cached_schema, concat_columns, row_table as _row_table, rows_table,
+                                          table as _table)
 
 log = logging.getLogger("arldiag")
 
 _MERGE = {a.name: a.merge for a in STEP_AGGS}
+# held rows (all tables) that make the collector convert and hand them over before the next publish: bounds the
+# memory of the numpy columns kept between publishes on steps with many rows (the token rows of a large step)
+HOLD_ROWS = 65_536
 
 
 def merge_into(acc: dict[str, float], new: Mapping[str, float]) -> None:
@@ -184,9 +188,12 @@ class Collector:
         self._aggs: dict[str, float] = {}
         self._updates: set[int] = set()
         self._seq_k3: list[np.ndarray] = []
-        # per-update rows held until the step is finalised, then handed to the writer as one table each: one queue
-        # hand-off (a wake-up of the writer thread) per table per step, not per update
-        self._held: dict[str, list[pa.Table]] = {}
+        # per-update rows (numpy columns) held until the next publish, then converted to one Arrow table per table:
+        # the conversion's cost is mostly per column (~40 columns), so once per publish instead of once per update
+        # or step (docs/integrations/overhead.md); the writer buffers until the publish anyway, so nothing is lost
+        # that a crash would not have lost before
+        self._held: dict[str, list[tuple[Any, dict, int]]] = {}
+        self._held_rows = 0
         # record_update(defer=True): (update, inputs, sample ids) of the current step, computed when it is finalised
         self._staged: list[tuple[int, UpdateInputs, np.ndarray]] = []
         self._user: dict[str, float] = {}  # metrics given to record_step for the current step
@@ -434,14 +441,26 @@ class Collector:
         if self.writer is not None:  # write failures are reported (once) by the writer itself
             self.writer.put(table, data)
 
-    def _hold(self, table: str, data: pa.Table) -> None:
-        if self.writer is not None and data.num_rows:
-            self._held.setdefault(table, []).append(data)
+    def _hold(self, table: str, spec: Sequence, cols: dict, n: int) -> None:
+        """Keep ``n`` rows of ``table`` (columns as in ``spec``; fresh arrays, not changed afterwards) for the next
+        publish (_release_held)."""
+        if self.writer is not None and n:
+            self._held.setdefault(table, []).append((spec, cols, n))
+            self._held_rows += n
 
     def _release_held(self) -> None:
-        held, self._held = self._held, {}
-        for table, parts in held.items():
-            self._put(table, pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0])
+        """Convert the held rows to one table per table (per set of columns given) and hand them to the writer."""
+        held, self._held, self._held_rows = self._held, {}, 0
+        for table in TABLES:  # the writer publishes in this order too: a step's rows before its step row
+            parts = held.get(table)
+            if not parts:
+                continue
+            by_cols: dict[tuple, list] = {}
+            for spec, cols, n in parts:
+                by_cols.setdefault((id(spec), tuple(cols)), []).append((spec, cols, n))
+            tables = [_table(same[0][0], concat_columns([c for _, c, _ in same]), sum(n for _, _, n in same))
+                      for same in by_cols.values()]
+            self._put(table, pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0])
 
     def _release_steps(self) -> None:
         """Hand the held step rows to the writer as one table (schema: the raw columns + every trainer metric seen;
@@ -531,7 +550,7 @@ class Collector:
             cols["success_frac"] = np.bincount(ginv, weights=s_traj) / n_t
         if fv is not None:
             cols["format_valid_frac"] = np.bincount(sinv, weights=fv.astype(np.float64), minlength=ug.size) / n_s
-        self._put("groups", _table(GROUPS, cols, ug.size))
+        self._hold("groups", GROUPS, cols, ug.size)
         return {"n_groups": ug.size, "n_groups_zero_std": int(zero.sum()), "sum_group_reward_std": float(std.sum())}
 
     def _stage(self, step: int, update: int, inp: UpdateInputs, sid: np.ndarray | None) -> None:
@@ -623,7 +642,7 @@ class Collector:
             cols["text"] = [self._rollout.texts[j[i]] if j[i] >= 0 else None for i in keep]
         cols = {k: (v if isinstance(v, list) else np.asarray(v)[keep] if not isinstance(v, np.ma.MaskedArray)
                     else v[keep]) for k, v in cols.items()}
-        self._hold("sequences", _table(SEQUENCES, cols, keep.size))
+        self._hold("sequences", SEQUENCES, cols, keep.size)
 
         turn = res.turn
         if turn is not None and turn["row"].size:
@@ -631,7 +650,7 @@ class Collector:
             tcols = {k: v for k, v in turn.items() if k != "row"}
             tcols.update(self._keys(r.size, step, update if np.ndim(update) == 0 else update[r]))
             tcols["sample_id"] = sid[r]
-            self._hold("turns", _table(TURNS, tcols, r.size))
+            self._hold("turns", TURNS, tcols, r.size)
 
         self._put_tokens(step, update, sizes, sid, res)
         return res.aggs
@@ -665,7 +684,7 @@ class Collector:
                 cols[name] = tok[name].astype(np.float32, copy=False)
         for name in ("token_id", "token_id_rollout"):
             cols[name] = tok[name].astype(np.int32) if tok[name] is not None else np.full(n, -1, np.int32)
-        self._hold("tokens", _table(TOKENS, cols, n))
+        self._hold("tokens", TOKENS, cols, n)
 
     def _record_step(self, step: int, user: dict[str, float]) -> dict[str, float]:
         self._enter_step(step)
@@ -685,12 +704,14 @@ class Collector:
         row = {"step": step, "rank": self.rank, "time": _now_us()}
         row.update({a.name: aggs.get(a.name) for a in STEP_AGGS})
         row.update({USER_METRIC_PREFIX + k: v for k, v in user.items()})
-        self._release_held()
+        if self._held_rows >= HOLD_ROWS:
+            self._release_held()
         if self.writer is not None:
             self._step_rows.append(row)
             for k in user:
                 self._step_user.setdefault(k)
             if len(self._step_rows) >= PART_ROWS["steps"]:  # the writer's part size: it publishes them at once
+                self._release_held()
                 self._release_steps()
         watch = True
         if self._pg[1]:  # the whole step on the group's rank 0 (collectors/distributed.py)
@@ -717,6 +738,7 @@ class Collector:
                                         or time.monotonic() - self._last_flush >= self.flush_every_s):
             self._steps_since_flush = 0
             self._last_flush = time.monotonic()
+            self._release_held()
             self._release_steps()
             self.writer.flush()
         if self.monitor is not None and watch:
