@@ -6,7 +6,8 @@ The Evaluator computes it once per step (``OutcomeTracker.update``) and puts it 
 rules run; the state is O(1) (a count, a running peak, a frozen early baseline), so the Monitor's per-step cost
 stays flat. The outcome is ``eval_success`` when the run logs it (greedy evaluation every few steps, NULL in
 between: the mean of the last ``eval_points`` evaluations in the window), else the batch success
-(``success_rate``, else ``success_frac``), smoothed over ``smooth`` steps.
+(``success_rate``, else ``success_frac``), else the mean reward while it stays within [0, 1] (REWARD_COLUMN),
+smoothed over ``smooth`` steps.
 """
 from __future__ import annotations
 
@@ -19,7 +20,12 @@ from arldiag.detectors.window import Window, count_finite, early_baseline, runni
 
 EVAL_COLUMN = "eval_success"
 BATCH_COLUMNS = ("success_rate", "success_frac")
-OUTCOME_COLUMNS = (EVAL_COLUMN,) + BATCH_COLUMNS
+# the last resort, for trainers that log no success flag (TRL, most verl recipes): the mean reward, read as a
+# success rate only while every value the run logged lies in [0, 1] (accuracy and format rewards, pass rates); a
+# run whose reward leaves [0, 1] once has no outcome from then on, as before, since "near its peak" and "high"
+# mean nothing on an unknown scale
+REWARD_COLUMN = "reward_mean"
+OUTCOME_COLUMNS = (EVAL_COLUMN,) + BATCH_COLUMNS + (REWARD_COLUMN,)
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,12 @@ class OutcomeTracker:
             last = ev[-1] if ev.size else math.nan
         else:
             col = next((c for c in BATCH_COLUMNS if np.isfinite(w.series(c)).any()), None)
+            if col is None and not self.state.get("reward_off"):
+                r = w.series(REWARD_COLUMN)
+                if r.size and math.isfinite(r[-1]) and not 0.0 <= r[-1] <= 1.0:
+                    self.state["reward_off"] = True  # off for the rest of the run (the state keeps no history)
+                elif np.isfinite(r).any():
+                    col = REWARD_COLUMN
             if col is None:
                 return UNKNOWN
             x = w.series(col)

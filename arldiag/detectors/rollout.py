@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from arldiag.detectors.base import Detector, Signal, strongest
+from arldiag.detectors.context import REWARD_COLUMN, outcome_of
 from arldiag.detectors.window import (count_finite, early_baseline, first_available, grade_above, grade_below,
                                       running_max, running_min, tail_mean)
 
@@ -59,13 +60,18 @@ def zero_std_groups_rule(w, state, p) -> Signal | None:
     # succeeds are mastery, not starvation.
     col = first_available(w, ("success_frac", "success_rate"))
     s = tail_mean(w.series(col), p["smooth"]) if col else math.nan
+    ctx = outcome_of(w)
+    if col is None and ctx.source == REWARD_COLUMN and ctx.known:
+        # a reward in [0, 1] bounds the all-zero groups the same way: their share z gives mean <= 1 - z
+        col, s = REWARD_COLUMN, ctx.level
     starved = min(cur, 1.0 - s) if math.isfinite(s) else cur
     lv = grade_above(starved, p["levels"])
     if not lv:
         return None
     note = f"{cur:.0%} of groups have identical returns (lowest so far {low:.0%})"
     if math.isfinite(s):
-        note += f"; success {s:.2f}, so at most {starved:.0%} of groups fail throughout"
+        what = "mean reward" if col == REWARD_COLUMN else "success"
+        note += f"; {what} {s:.2f}, so at most {starved:.0%} of groups fail throughout"
     return Signal(lv, starved, "zero_std_group_frac", note)
 
 

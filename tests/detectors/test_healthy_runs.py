@@ -87,3 +87,37 @@ def test_outcome_tracker_prefers_eval_success_and_stays_bounded():
     assert out.source == "eval_success" and out.level == pytest.approx(np.mean([0.85, 0.9, 0.95]))
     assert out.peak == pytest.approx(out.level) and out.rise > 0
     assert len(tr.state) <= 6
+
+
+def test_outcome_falls_back_to_a_reward_in_the_unit_interval():
+    # no success column (TRL, most verl recipes): a mean reward in [0, 1] is the outcome, smoothed like success
+    w = Window(["success_rate", "success_frac", "reward_mean"], 32)
+    tr = OutcomeTracker()
+    for t in range(40):
+        w.push(t, {"reward_mean": min(1.0, 0.2 + 0.02 * t) if t % 2 == 0 else math.nan})  # a rollout every 2 steps
+        out = tr.update(w)
+    assert out.source == "reward_mean"
+    assert out.level == pytest.approx(np.mean([min(1.0, 0.2 + 0.02 * t) for t in range(30, 40, 2)]))
+    # one reward outside [0, 1]: the scale is unknown, no outcome from then on (even when it returns to [0, 1])
+    w.push(40, {"reward_mean": 3.5})
+    assert not tr.update(w).known
+    w.push(41, {"reward_mean": 0.5})
+    assert not tr.update(w).known
+    # success, when logged, still wins over the reward
+    w2, tr2 = Window(["success_frac", "reward_mean"], 32), OutcomeTracker()
+    w2.push(0, {"success_frac": 0.4, "reward_mean": 0.9})
+    assert tr2.update(w2).source == "success_frac"
+
+
+def test_zero_std_groups_all_rewarded_is_mastery_without_a_success_column():
+    zs = lambda t: min(1.0, 0.2 + 0.01 * t)  # noqa: E731
+    mastery = _rows(120, zero_std_group_frac=zs, reward_mean=lambda t: min(1.0, 0.5 + 0.006 * t))
+    f, _ = _run("zero_std_groups", mastery)
+    assert f.status == "quiet", f.evidence
+    starving = _rows(120, zero_std_group_frac=zs, reward_mean=lambda t: max(0.0, 0.5 - 0.006 * t))
+    f, _ = _run("zero_std_groups", starving)
+    assert f.status == "fired" and f.severity in ("warning", "critical") and "mean reward" in f.evidence["note"]
+    # a reward on another scale tells nothing about failing groups: the share itself is graded, as without outcome
+    scaled = _rows(120, zero_std_group_frac=zs, reward_mean=lambda t: 10 * min(1.0, 0.5 + 0.006 * t))
+    f, _ = _run("zero_std_groups", scaled)
+    assert f.status == "fired"
