@@ -62,18 +62,23 @@ def test_kl_ref_high_from_the_first_step_is_not_a_drift():
     assert f.status == "fired" and f.first_step >= 60 and f.severity in ("warning", "critical")
 
 
-def test_zero_std_groups_all_success_is_mastery():
+@pytest.mark.parametrize("outcome", ["success_frac", "reward_mean"])
+def test_zero_std_groups_all_success_is_mastery(outcome):
+    # reward_mean: a run that logs a reward in [0, 1] and no success flag (TRL, verl recipes), via the outcome context
     zs = lambda t: min(1.0, 0.2 + 0.01 * t)  # noqa: E731
-    mastery = _rows(120, zero_std_group_frac=zs, success_frac=lambda t: min(1.0, 0.5 + 0.006 * t))
+    mastery = _rows(120, zero_std_group_frac=zs, **{outcome: lambda t: min(1.0, 0.5 + 0.006 * t)})
     f, _ = _run("zero_std_groups", mastery)
     assert f.status == "quiet", f.evidence
-    starving = _rows(120, zero_std_group_frac=zs, success_frac=lambda t: max(0.0, 0.5 - 0.006 * t))
+    starving = _rows(120, zero_std_group_frac=zs, **{outcome: lambda t: max(0.0, 0.5 - 0.006 * t)})
     f, _ = _run("zero_std_groups", starving)
     assert f.status == "fired" and f.severity in ("warning", "critical")
-    # the graded value is the bound min(x, 1 - s) on the all-fail share, computed here with numpy
+    assert ("mean reward" if outcome == "reward_mean" else "success") in f.evidence["note"]
+    # the graded value is the bound min(x, 1 - s) on the all-fail share, computed here with numpy (the reward
+    # fallback smooths over the outcome context's 10 steps, success over the rule's 8)
     t = f.evidence["peak_step"]
+    k = 10 if outcome == "reward_mean" else 8
     x = np.mean([zs(s) for s in range(t - 7, t + 1)])
-    s = np.mean([max(0.0, 0.5 - 0.006 * u) for u in range(t - 7, t + 1)])
+    s = np.mean([max(0.0, 0.5 - 0.006 * u) for u in range(t - k + 1, t + 1)])
     assert f.evidence["peak_value"] == pytest.approx(min(x, 1 - s))
 
 
@@ -109,15 +114,9 @@ def test_outcome_falls_back_to_a_reward_in_the_unit_interval():
     assert tr2.update(w2).source == "success_frac"
 
 
-def test_zero_std_groups_all_rewarded_is_mastery_without_a_success_column():
+def test_zero_std_groups_reward_on_another_scale_is_no_outcome():
+    # a reward outside [0, 1] tells nothing about failing groups: the share itself is graded, as without outcome
     zs = lambda t: min(1.0, 0.2 + 0.01 * t)  # noqa: E731
-    mastery = _rows(120, zero_std_group_frac=zs, reward_mean=lambda t: min(1.0, 0.5 + 0.006 * t))
-    f, _ = _run("zero_std_groups", mastery)
-    assert f.status == "quiet", f.evidence
-    starving = _rows(120, zero_std_group_frac=zs, reward_mean=lambda t: max(0.0, 0.5 - 0.006 * t))
-    f, _ = _run("zero_std_groups", starving)
-    assert f.status == "fired" and f.severity in ("warning", "critical") and "mean reward" in f.evidence["note"]
-    # a reward on another scale tells nothing about failing groups: the share itself is graded, as without outcome
     scaled = _rows(120, zero_std_group_frac=zs, reward_mean=lambda t: 10 * min(1.0, 0.5 + 0.006 * t))
     f, _ = _run("zero_std_groups", scaled)
     assert f.status == "fired"
