@@ -23,8 +23,8 @@ import numpy as np
 import pyarrow as pa
 
 from arldiag import __version__
-from arldiag.schema import (GROUPS, SCHEMA_VERSION, SEQUENCES, STEP_AGGS, TABLES, TOKENS, TURNS,
-                            USER_METRIC_PREFIX, arrow_schema, derive_step_metrics)
+from arldiag.schema import (SCHEMA_VERSION, STEP_AGGS, TABLE_COLUMNS, TABLES, USER_METRIC_PREFIX,
+                            arrow_schema, derive_step_metrics)
 from arldiag.stats import Bands, UpdateInputs, compute_update, splitmix_unit, top_share
 from arldiag.store.location import StoreRoot, is_url
 from arldiag.store.writer import PART_ROWS, StoreWriter
@@ -192,7 +192,7 @@ class Collector:
         # the conversion's cost is mostly per column (~40 columns), so once per publish instead of once per update
         # or step (docs/integrations/overhead.md); the writer buffers until the publish anyway, so nothing is lost
         # that a crash would not have lost before
-        self._held: dict[str, list[tuple[Any, dict, int]]] = {}
+        self._held: dict[str, list[tuple[dict, int]]] = {}
         self._held_rows = 0
         # record_update(defer=True): (update, inputs, sample ids) of the current step, computed when it is finalised
         self._staged: list[tuple[int, UpdateInputs, np.ndarray]] = []
@@ -441,11 +441,11 @@ class Collector:
         if self.writer is not None:  # write failures are reported (once) by the writer itself
             self.writer.put(table, data)
 
-    def _hold(self, table: str, spec: Sequence, cols: dict, n: int) -> None:
-        """Keep ``n`` rows of ``table`` (columns as in ``spec``; fresh arrays, not changed afterwards) for the next
-        publish (_release_held)."""
+    def _hold(self, table: str, cols: dict, n: int) -> None:
+        """Keep ``n`` rows of ``table`` (columns named as in its schema.TABLE_COLUMNS; fresh arrays, not changed
+        afterwards) for the next publish (_release_held)."""
         if self.writer is not None and n:
-            self._held.setdefault(table, []).append((spec, cols, n))
+            self._held.setdefault(table, []).append((cols, n))
             self._held_rows += n
 
     def _release_held(self) -> None:
@@ -456,9 +456,9 @@ class Collector:
             if not parts:
                 continue
             by_cols: dict[tuple, list] = {}
-            for spec, cols, n in parts:
-                by_cols.setdefault((id(spec), tuple(cols)), []).append((spec, cols, n))
-            tables = [_table(same[0][0], concat_columns([c for _, c, _ in same]), sum(n for _, _, n in same))
+            for cols, n in parts:
+                by_cols.setdefault(tuple(cols), []).append((cols, n))
+            tables = [_table(TABLE_COLUMNS[table], concat_columns([c for c, _ in same]), sum(n for _, n in same))
                       for same in by_cols.values()]
             self._put(table, pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0])
 
@@ -550,7 +550,7 @@ class Collector:
             cols["success_frac"] = np.bincount(ginv, weights=s_traj) / n_t
         if fv is not None:
             cols["format_valid_frac"] = np.bincount(sinv, weights=fv.astype(np.float64), minlength=ug.size) / n_s
-        self._hold("groups", GROUPS, cols, ug.size)
+        self._hold("groups", cols, ug.size)
         return {"n_groups": ug.size, "n_groups_zero_std": int(zero.sum()), "sum_group_reward_std": float(std.sum())}
 
     def _stage(self, step: int, update: int, inp: UpdateInputs, sid: np.ndarray | None) -> None:
@@ -642,7 +642,7 @@ class Collector:
             cols["text"] = [self._rollout.texts[j[i]] if j[i] >= 0 else None for i in keep]
         cols = {k: (v if isinstance(v, list) else np.asarray(v)[keep] if not isinstance(v, np.ma.MaskedArray)
                     else v[keep]) for k, v in cols.items()}
-        self._hold("sequences", SEQUENCES, cols, keep.size)
+        self._hold("sequences", cols, keep.size)
 
         turn = res.turn
         if turn is not None and turn["row"].size:
@@ -650,7 +650,7 @@ class Collector:
             tcols = {k: v for k, v in turn.items() if k != "row"}
             tcols.update(self._keys(r.size, step, update if np.ndim(update) == 0 else update[r]))
             tcols["sample_id"] = sid[r]
-            self._hold("turns", TURNS, tcols, r.size)
+            self._hold("turns", tcols, r.size)
 
         self._put_tokens(step, update, sizes, sid, res)
         return res.aggs
@@ -684,7 +684,7 @@ class Collector:
                 cols[name] = tok[name].astype(np.float32, copy=False)
         for name in ("token_id", "token_id_rollout"):
             cols[name] = tok[name].astype(np.int32) if tok[name] is not None else np.full(n, -1, np.int32)
-        self._hold("tokens", TOKENS, cols, n)
+        self._hold("tokens", cols, n)
 
     def _record_step(self, step: int, user: dict[str, float]) -> dict[str, float]:
         self._enter_step(step)

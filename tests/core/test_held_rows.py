@@ -30,7 +30,7 @@ def _rows(root, table):
     return [pq.read_table(f).to_pydict() for f in files]
 
 
-def _steps(root, B):
+def _update(B):
     rng = np.random.default_rng(0)
     mask = np.ones((B, 5), bool)
     lpo = rng.normal(-1, 0.5, (B, 5)).astype(np.float32)
@@ -41,8 +41,8 @@ def test_held_rows_published_with_their_steps(tmp_path):
     B = 3
     col = arldiag.Collector(tmp_path / "r", flush_every=3, flush_every_s=3600, token_sample_rate=1.0, strict=True)
     for s in range(1, 8):
-        col.record_update(s, 0, **_steps(tmp_path, B))
-        col.record_update(s, 1, **_steps(tmp_path, B))
+        col.record_update(s, 0, **_update(B))
+        col.record_update(s, 1, **_update(B))
         col.record_step(s, {"success": s / 10})
         if s == 3:
             col.writer.flush(wait=True)
@@ -62,11 +62,11 @@ def test_held_rows_published_with_their_steps(tmp_path):
 def test_held_rows_released_early_past_the_row_bound(tmp_path, monkeypatch):
     monkeypatch.setattr(collector_mod, "HOLD_ROWS", 10)  # 2 x 3 sequence + 30 token rows per step: over the bound
     col = arldiag.Collector(tmp_path / "r", flush_every=100, flush_every_s=3600, token_sample_rate=1.0, strict=True)
-    col.record_update(1, 0, **_steps(tmp_path, 3))
-    col.record_update(1, 1, **_steps(tmp_path, 3))
+    col.record_update(1, 0, **_update(3))
+    col.record_update(1, 1, **_update(3))
     col.record_step(1)
     assert col._held == {} and col._held_rows == 0  # handed to the writer at the end of the step, not held on
-    col.record_update(2, 0, **_steps(tmp_path, 1))
+    col.record_update(2, 0, **_update(1))
     col.record_step(2)
     assert col._held_rows == 1 + 5  # one sequence row and its 5 token rows, under the bound: held
     col.close()
