@@ -296,8 +296,12 @@ class UpdateStats:
         return out
 
 
-def compute_update(inp: UpdateInputs, bands: Bands) -> UpdateStats:
-    """Statistics of one update (see the module doc), on numpy or on the torch tensors' device."""
+def compute_update(inp: UpdateInputs, bands: Bands, segments: np.ndarray | None = None) -> UpdateStats:
+    """Statistics of one update (see the module doc), on numpy or on the torch tensors' device.
+
+    ``segments``: the rows of ``inp`` are several steps stacked, step ``i`` starting at row ``segments[i]`` (numpy
+    input, no turn ids, and a number of finite masked tokens different from the number of rows, see
+    ``segmentable``): ``aggs`` is then one dict per step (_segment_aggs); the rows are the same as per step."""
     be = backend_for(inp.logp, inp.mask)
     xp = be.xp
     mask = be.asarray(inp.mask)
@@ -349,7 +353,14 @@ def compute_update(inp: UpdateInputs, bands: Bands) -> UpdateStats:
     env._v["any_roll"] = True if raw["lp_roll"] is None else (bool(be.count(env.have_roll)) or None)
 
     given = {k for k, v in env._v.items() if v is not None}  # the formulas whose optional inputs were given
-    aggs = {f.name: f.fn(env) for f in AGGS.values() if given.issuperset(f.needs)}
+    formulas = [f for f in AGGS.values() if given.issuperset(f.needs)]
+    if segments is None:
+        aggs = {f.name: f.fn(env) for f in formulas}
+    else:
+        if inp.turn_ids is not None or be.name != "numpy" or be.size(raw["lp"]) == B:
+            raise ValueError("segments need numpy inputs without turn ids whose token count differs from the rows")
+        aggs = {}
+        steps = _segment_aggs(env, formulas, np.asarray(segments, np.int64), inp.retok_extra)
     seq = {f.name: f.fn(env) for f in SEQ_COLUMNS.values() if given.issuperset(f.needs)}
     seq["retok_mismatch"] = retok_row
     turn, tok_turn, seq_turn = _turns(env, inp.turn_ids, aggs, seq)
@@ -364,7 +375,104 @@ def compute_update(inp: UpdateInputs, bands: Bands) -> UpdateStats:
     host["turn"] = seq_turn
     nonempty = be.host(lay.nonempty)
     anomalous = be.host((n_bad_row > 0) | env.nalis | env.nalis_delta)
-    return UpdateStats(env, be.finish(aggs, _COUNTS), host, turn, be.host(env.seq_k3), nonempty, anomalous, tok)
+    return UpdateStats(env, be.finish(aggs, _COUNTS) if segments is None else steps, host, turn,
+                       be.host(env.seq_k3), nonempty, anomalous, tok)
+
+
+def segmentable(mask: np.ndarray, turn_ids: Any) -> bool:
+    """Whether steps stacked in ``mask`` [B, T] can share one compute_update (``segments``): numpy, no turn ids,
+    and a masked token count other than B (per-row reductions tell token arrays from row arrays by length)."""
+    return isinstance(mask, np.ndarray) and turn_ids is None and int(np.count_nonzero(mask)) != mask.shape[0]
+
+
+class _RowReductions:
+    """The backend's stand-in while the aggregates of several stacked steps are evaluated (_segment_aggs): each
+    scalar reduction (sum, dot, count, size, max, min) returns its per-row values [B] instead (a token array [N] is
+    reduced per row first), which _segment_aggs then reduces per step. Everything else is the backend's own."""
+
+    def __init__(self, be: Backend, lay: Layout):
+        self._be, self._lay = be, lay
+        self.extreme: dict[int, tuple[str, Any]] = {}  # id(result) -> ("max" | "min", result kept alive)
+
+    def __getattr__(self, name: str):
+        return getattr(self._be, name)
+
+    def _rows(self, x) -> np.ndarray:
+        lay = self._lay
+        return x.astype(np.float64) if x.shape[0] == lay.B else self._be.rsum(lay, x)
+
+    def size(self, x):
+        return self._lay.n_row.astype(np.float64) if x.shape[0] != self._lay.B else np.ones(self._lay.B)
+
+    def sum(self, x, where=None):
+        return self._rows(x if where is None else np.where(where, x, 0.0))
+
+    def dot(self, x, y, where=None):
+        return self.sum(np.multiply(x, y, dtype=np.float64), where)
+
+    def count(self, b):
+        return self._rows(b)
+
+    def _extreme(self, kind: str, x, where, empty: float):
+        lay = self._lay
+        if where is not None:
+            x = np.where(where, x, empty)
+        if x.shape[0] == lay.B:
+            r = x.astype(np.float64)
+        else:
+            r = self._be.rmax(lay, x) if kind == "max" else self._be.rmin(lay, x)
+        self.extreme[id(r)] = (kind, r)
+        return r
+
+    def max(self, x, where=None):
+        return self._extreme("max", x, where, -math.inf)
+
+    def min(self, x, where=None):
+        return self._extreme("min", x, where, math.inf)
+
+
+def _segment_aggs(e: Env, formulas: list[Formula], starts: np.ndarray, retok_extra) -> list[dict]:
+    """The aggregates of each stacked step (rows ``starts[i]`` to ``starts[i + 1]``): every formula is evaluated
+    once with per-row reductions (_RowReductions), then all sums and counts are reduced per step with one
+    ``np.add.reduceat`` and the extrema with ``fmax``/``fmin``, so a batch of small steps costs about one step's
+    numpy calls. Sums equal the per-step ones up to float64 summation order; a step without a selected entry gets
+    NaN for an extremum, as ``Backend.max`` gives; the mismatch aggregates are left out of a step none of whose
+    tokens has a rollout log-prob, as the per-step path does (``any_roll``)."""
+    lay = e.lay
+    rows = _RowReductions(e.be, lay)
+    extra = np.zeros(lay.B) if retok_extra is None else np.where(retok_extra > 0, retok_extra, 0).astype(np.float64)
+    saved = {k: e.__dict__[k] for k in ("be", "n_bad", "n_extra") if k in e.__dict__}
+    e.be = rows
+    e.__dict__["n_bad"] = e.n_bad_row.astype(np.float64)   # per row: the scalar counts of the per-step path
+    e.__dict__["n_extra"] = extra
+    try:
+        per_row = [f.fn(e) for f in formulas]
+    finally:
+        for k in ("n_bad", "n_extra"):
+            e.__dict__.pop(k, None)
+        e.__dict__.update(saved)
+    B = lay.B
+    if starts.size == 0 or starts[0] != 0 or np.any(np.diff(starts) <= 0) or starts[-1] >= B:
+        raise ValueError(f"segments must be increasing row starts from 0 below {B}, got {starts.tolist()}")
+    kinds = [rows.extreme.get(id(v), ("sum", None))[0] for v in per_row]
+    out = np.empty((len(formulas), starts.size))
+    for kind, red in (("sum", np.add), ("max", np.fmax), ("min", np.fmin)):
+        idx = [i for i, k in enumerate(kinds) if k == kind]
+        if idx:
+            mat = np.stack([np.broadcast_to(np.asarray(per_row[i], np.float64), (B,)) for i in idx])
+            out[idx] = red.reduceat(mat, starts, axis=1)
+    for i, k in enumerate(kinds):
+        if k != "sum":
+            out[i][np.isinf(out[i])] = math.nan   # nothing selected in the step
+    drop = np.zeros(starts.size, bool)
+    if any("any_roll" in f.needs for f in formulas):
+        drop = np.add.reduceat(rows.count(e.have_roll), starts) == 0
+    res = []
+    for j in range(starts.size):
+        col = out[:, j].tolist()
+        res.append({f.name: (round(v) if f.count else v) for f, v in zip(formulas, col)
+                    if not (drop[j] and "any_roll" in f.needs)})
+    return res
 
 
 def _retok(e: Env, retok_extra) -> tuple[Any, int]:

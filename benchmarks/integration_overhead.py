@@ -18,8 +18,9 @@ Method: runs with and without the hook alternate in the same process (``--repeat
 drifts of a shared machine hit both; each figure is the median over the runs, for wall-clock time and for the
 process's CPU time (all threads; ``torch.set_num_threads(1)``, so a busy neighbour slows the process without
 changing its CPU time much). The ratio with/without is the overhead; "inside the hooks" is the training thread's CPU
-time in arldiag's calls as a share of the step's CPU time (the store's writer thread is not in it but is in the
-process's CPU time); "writer thread" is that thread's CPU time in publishing Parquet parts, per step, the final
+time in arldiag's calls as a share of the step's CPU time, the Arrow conversion of held rows at the store's close
+included, spread over the steps (the store's writer thread is not in it but is in the process's CPU time); "writer
+thread" is that thread's CPU time in publishing Parquet parts, per step, the final
 flush at the store's close included.
 
     python benchmarks/integration_overhead.py [--repeat 7] [--trl-steps 6] [--verl-steps 6] [--verl-mode both]
@@ -73,7 +74,7 @@ WRITER = [0.0]  # CPU seconds of the store's writer thread in StoreWriter._publi
 
 def _time_writer() -> None:
     """Count the writer thread's CPU time: it runs beside the training thread, so "inside the hooks" misses it,
-    and the runs here are too short for its periodic flushes (every 10 steps or 5 s) to fall inside the timed
+    and the runs here are too short for its periodic flushes (every 50 steps or 5 s) to fall inside the timed
     steps: the final flush at close is where most of it happens. Reported per step, close included."""
     from arldiag.store.writer import StoreWriter
 
@@ -89,6 +90,47 @@ def _time_writer() -> None:
             WRITER[0] += time.thread_time() - t
     timed._timed = True
     StoreWriter._publish = timed
+
+
+CLOSE_RELEASE = [0.0]  # training-thread CPU seconds inside Collector.close computing and converting rows
+
+
+def _time_close_release() -> None:
+    """Count the work for the steps that runs inside ``Collector.close``: the statistics of steps still pending
+    (``batch_s``, the TRL drop-in) and the Arrow conversion of held rows, which the collector does once per publish
+    (every ``flush_every`` steps or ``flush_every_s`` s) and, in these short runs, only at close, which is left out
+    of the steps. Added to "inside the hooks" per step, so that the figure includes what a long run pays per
+    batch and per publish."""
+    from arldiag.collectors.collector import Collector
+
+    if getattr(Collector.close, "_timed", False):
+        return
+    state = {"closing": False, "depth": 0}
+    close = Collector.close
+
+    def timed_close(self, *a, **k):
+        state["closing"] = True
+        try:
+            return close(self, *a, **k)
+        finally:
+            state["closing"] = False
+
+    def counted(fn):
+        def wrapper(self, *a, **k):
+            if not state["closing"] or state["depth"]:  # outside close, or inside a counted call already
+                return fn(self, *a, **k)
+            state["depth"] += 1
+            t = time.thread_time()
+            try:
+                return fn(self, *a, **k)
+            finally:
+                CLOSE_RELEASE[0] += time.thread_time() - t
+                state["depth"] -= 1
+        return wrapper
+    timed_close._timed = True
+    Collector.close = timed_close
+    for name in ("_settle", "_release_held", "_release_steps"):
+        setattr(Collector, name, counted(getattr(Collector, name)))
 
 
 # ---------------------------------------------------------------------------------------------------- TRL
@@ -126,11 +168,11 @@ def trl_run(instrumented: bool, steps: int) -> tuple[float, float, float, float,
         closing.wall = closing.cpu = 0.0
         if instrumented:
             _excluded(tr.arldiag_collector, "close", closing)
-        WRITER[0] = 0.0
+        WRITER[0] = CLOSE_RELEASE[0] = 0.0
         with Clock() as c:
             tr.train()
-    return ((c.wall - closing.wall) / steps, (c.cpu - closing.cpu) / steps, spent[0] / steps, closing.wall,
-            WRITER[0] / steps)
+    return ((c.wall - closing.wall) / steps, (c.cpu - closing.cpu) / steps, (spent[0] + CLOSE_RELEASE[0]) / steps,
+            closing.wall, WRITER[0] / steps)
 
 
 # ---------------------------------------------------------------------------------------------------- verl
@@ -262,14 +304,14 @@ def verl_run(tiny: VerlTiny, instrumented: bool, steps: int, run_dir: str,
         tiny.update_actor(_StepBatch(cfg, tiny.rollout() if full else None))
 
     step()
-    spent[0] = WRITER[0] = 0.0
+    spent[0] = WRITER[0] = CLOSE_RELEASE[0] = 0.0
     with Clock() as c:
         for _ in range(steps):
             step()
     with Clock() as closing:
         if instrumented:
             vl.RECORDER.close()
-    return c.wall / steps, c.cpu / steps, spent[0] / steps, closing.wall, WRITER[0] / steps
+    return c.wall / steps, c.cpu / steps, (spent[0] + CLOSE_RELEASE[0]) / steps, closing.wall, WRITER[0] / steps
 
 
 def verl_phases(tiny: VerlTiny, runs: int, steps: int, tmp: str) -> dict:
@@ -334,6 +376,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(1)
     _time_writer()
+    _time_close_release()
     results = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at start",
                "torch": torch.__version__, "repeat": args.repeat}
     rows = []

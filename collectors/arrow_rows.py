@@ -116,6 +116,28 @@ def _convert(v: np.ndarray, typ: pa.DataType, kind: str, np_t: Any) -> pa.Array:
     return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(v)], null_count=nulls)
 
 
+def _convert_block(mat: np.ndarray, typ: pa.DataType, kind: str, np_t: Any, miss: np.ndarray | None) -> list:
+    """Columns of one type at once: ``mat`` [k, n] (row i = column i) -> k Arrow arrays, slices of one array built
+    from two buffers. Converting column by column cost ~10 us each (a ~100-column step row, ~40-column sequences
+    rows): one conversion and k slices cost a fraction of that. ``miss`` [k, n]: null entries (floats: also NaN)."""
+    k, n = mat.shape
+    if kind == "bool":
+        data = bits(mat.reshape(-1).astype(bool, copy=False))
+    else:
+        flat = np.ascontiguousarray(mat, dtype=np_t).reshape(-1)
+        if kind == "float":
+            nan = np.isnan(flat)
+            miss = nan if miss is None else miss.reshape(-1) | nan
+        data = pa.py_buffer(flat)
+    if miss is not None:
+        miss = miss.reshape(-1)
+        nulls = int(np.count_nonzero(miss))
+    else:
+        nulls = 0
+    whole = pa.Array.from_buffers(typ, k * n, [bits(~miss) if nulls else None, data], null_count=nulls)
+    return [whole.slice(i * n, n) for i in range(k)]
+
+
 def np_to_arrow(v: np.ndarray, typ: pa.DataType) -> pa.Array:
     """Zero-copy numpy -> Arrow for primitive columns (NaN floats and masked entries become nulls)."""
     return _convert(v, typ, *_kind(typ))
@@ -124,18 +146,33 @@ def np_to_arrow(v: np.ndarray, typ: pa.DataType) -> pa.Array:
 def table(cols_spec: Sequence, cols: Mapping[str, Any], n: int) -> pa.Table:
     """Arrow table of ``n`` rows in the order of ``cols_spec`` (schema.Col list); absent columns become nulls."""
     lay = _layout(cols_spec, lambda: pa.schema([pa.field(c.name, c.type) for c in cols_spec]))
-    arrays = []
-    for name, typ, kind, np_t in lay.cols:
+    arrays: list = [None] * len(lay.cols)
+    blocks: dict[pa.DataType, list[int]] = {}  # numeric columns by type, converted together (_convert_block)
+    for i, (name, typ, kind, np_t) in enumerate(lay.cols):
         v = cols.get(name)
         if v is None:
-            arr = pa.nulls(n, typ)  # (unlike pa.array, pa.nulls does not import pandas)
+            arrays[i] = pa.nulls(n, typ)  # (unlike pa.array, pa.nulls does not import pandas)
         elif isinstance(v, (pa.Array, pa.ChunkedArray)):
-            arr = v.cast(typ) if v.type != typ else v
+            arrays[i] = v.cast(typ) if v.type != typ else v
         elif isinstance(v, list):
-            arr = strings(v)
+            arrays[i] = strings(v)
+        elif kind == "str":
+            arrays[i] = _convert(np.asarray(v), typ, kind, np_t)
         else:
-            arr = _convert(v if isinstance(v, np.ma.MaskedArray) else np.asarray(v), typ, kind, np_t)
-        arrays.append(arr)
+            blocks.setdefault(typ, []).append(i)
+    for typ, idx in blocks.items():
+        _, _, kind, np_t = lay.cols[idx[0]]
+        vals = [cols[lay.cols[i][0]] for i in idx]
+        if len(idx) == 1:
+            v = vals[0]
+            arrays[idx[0]] = _convert(v if isinstance(v, np.ma.MaskedArray) else np.asarray(v), typ, kind, np_t)
+            continue
+        masked = any(isinstance(v, np.ma.MaskedArray) for v in vals)
+        miss = np.stack([np.ma.getmaskarray(v) for v in vals]) if masked else None
+        mat = np.stack([np.ma.getdata(v) for v in vals], dtype=np_t, casting="unsafe") if masked else \
+            np.stack(vals, dtype=np_t, casting="unsafe")
+        for i, arr in zip(idx, _convert_block(mat, typ, kind, np_t, miss)):
+            arrays[i] = arr
     return pa.Table.from_arrays(arrays, schema=lay.schema)
 
 
@@ -168,18 +205,16 @@ def rows_table(schema: pa.Schema, rows: Sequence[Mapping[str, Any]]) -> pa.Table
     n = len(rows)
     cols: list = [None] * len(lay.cols)
     for typ, kind, np_t, idx, names in lay.groups:
-        vals = [[r.get(nm) for nm in names] for r in rows]
-        if kind == "float":  # NaN -> null in _convert
-            arr = np.array([[np.nan if v is None else v for v in vs] for vs in vals], dtype=np_t).reshape(n, -1)
+        if kind == "float":  # NaN (and None) -> null in _convert_block
+            # (numpy turns None into NaN for a float dtype)
+            mat = np.array([[r.get(nm) for r in rows] for nm in names], dtype=np_t).reshape(len(names), n)
             miss = None
         else:
-            miss = np.array([[_missing(v) for v in vs] for vs in vals], bool).reshape(n, -1)
-            arr = np.array([[0 if _missing(v) else v for v in vs] for vs in vals], dtype=np_t).reshape(n, -1)
-        for k, i in enumerate(idx):
-            col = np.ascontiguousarray(arr[:, k])
-            if miss is not None and miss[:, k].any():
-                col = np.ma.array(col, mask=miss[:, k])
-            cols[i] = _convert(col, typ, kind, np_t)
+            vals = [[r.get(nm) for r in rows] for nm in names]
+            miss = np.array([[_missing(v) for v in vs] for vs in vals], bool).reshape(len(names), n)
+            mat = np.array([[0 if _missing(v) else v for v in vs] for vs in vals], dtype=np_t).reshape(len(names), n)
+        for i, arr in zip(idx, _convert_block(mat, typ, kind, np_t, miss if kind != "float" else None)):
+            cols[i] = arr
     for i in lay.strings:
         name = lay.cols[i][0]
         cols[i] = strings([None if _missing(r.get(name)) else r.get(name) for r in rows])

@@ -25,7 +25,7 @@ import pyarrow as pa
 from arldiag import __version__
 from arldiag.schema import (SCHEMA_VERSION, STEP_AGGS, TABLE_COLUMNS, TABLES, USER_METRIC_PREFIX,
                             arrow_schema, derive_step_metrics)
-from arldiag.stats import Bands, UpdateInputs, compute_update, splitmix_unit, top_share
+from arldiag.stats import Bands, UpdateInputs, compute_update, segmentable, splitmix_unit, top_share
 from arldiag.store.location import StoreRoot, is_url
 from arldiag.store.writer import PART_ROWS, StoreWriter
 from arldiag.backends import is_torch
@@ -40,6 +40,7 @@ _MERGE = {a.name: a.merge for a in STEP_AGGS}
 # held rows (all tables) that make the collector convert and hand them over before the next publish: bounds the
 # memory of the numpy columns kept between publishes on steps with many rows (the token rows of a large step)
 HOLD_ROWS = 65_536
+BATCH_STEPS = 32  # at most this many finished steps share one statistics pass (batch_s)
 
 
 def merge_into(acc: dict[str, float], new: Mapping[str, float]) -> None:
@@ -70,6 +71,9 @@ class _RolloutCache:
         self.texts: list | None = None
 
     def add(self, ids, cols, flat_logp, flat_tok, lengths, texts) -> None:
+        if self.ids.size == 0 and not self.cols and self.texts is None:  # the step's first rollout (the usual case)
+            self._first(ids, cols, flat_logp, flat_tok, lengths, texts)
+            return
         order_new = np.argsort(ids, kind="stable")
         base = self.flat_logp.size
         offs = base + np.concatenate(([0], np.cumsum(lengths)[:-1])) if lengths.size else np.empty(0, np.int64)
@@ -95,6 +99,17 @@ class _RolloutCache:
             merged = old_t + new_t
             self.texts = [merged[i] for i in order]
 
+    def _first(self, ids, cols, flat_logp, flat_tok, lengths, texts) -> None:
+        order = np.argsort(ids, kind="stable")
+        self.ids = ids[order]
+        self.cols = {k: v[order] for k, v in cols.items()}
+        self.flat_logp, self.flat_tok = flat_logp, flat_tok
+        offs = np.zeros(lengths.size, np.int64)
+        np.cumsum(lengths[:-1], out=offs[1:])
+        self.offsets, self.lengths = offs[order], lengths[order]
+        if texts is not None:
+            self.texts = [texts[i] for i in order]
+
     def lookup(self, sample_ids: np.ndarray) -> np.ndarray:
         """Index into the cache for each id, -1 when unknown."""
         if self.ids.size == 0:
@@ -102,6 +117,38 @@ class _RolloutCache:
         j = np.searchsorted(self.ids, sample_ids)
         j = np.minimum(j, self.ids.size - 1)
         return np.where(self.ids[j] == sample_ids, j, -1)
+
+
+class _StepState:
+    """What a step gathered until it was finalised: raw aggregates, update indices, per-sequence k3 sums, trainer
+    metrics, staged (deferred) updates and the rollout cache; ``time``: when it was finalised (its step row)."""
+    __slots__ = ("step", "aggs", "updates", "seq_k3", "user", "staged", "rollout", "time")
+
+    def __init__(self, step, aggs, updates, seq_k3, user, staged, rollout):
+        self.step, self.aggs, self.updates, self.seq_k3, self.user = step, aggs, updates, seq_k3, user
+        self.staged, self.rollout, self.time = staged, rollout, _now_us()
+
+
+class _Prepared:
+    """One step's staged updates, stacked and aligned with its rollout (Collector._prepare)."""
+    __slots__ = ("step", "inp", "sid", "update", "sizes", "cols", "turn", "texts")
+
+    def __init__(self, step, inp, sid, update, sizes, cols, turn, texts):
+        self.step, self.inp, self.sid, self.update, self.sizes = step, inp, sid, update, sizes
+        self.cols, self.turn, self.texts = cols, turn, texts
+
+
+def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct (a, b) pairs sorted by a then b: (their a values, each input's pair index), as
+    ``np.unique(np.stack([a, b], 1), axis=0, return_inverse=True)`` gives, without its structured-dtype sort
+    (~3x slower on a step's few samples, on the trainer's thread)."""
+    order = np.lexsort((b, a))
+    sa, sb = a[order], b[order]
+    new = np.ones(order.size, bool)
+    new[1:] = (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])
+    inv = np.empty(order.size, np.int64)
+    inv[order] = np.cumsum(new) - 1
+    return sa[new], inv
 
 
 def _missing(dtype: np.dtype):
@@ -136,7 +183,10 @@ class Collector:
         seq_clip: (eps_low, eps_high) of the sequence/turn band (GSPO/ATPO), default ``clip``.
         name: run name (default: the directory name). algorithm: e.g. "cispo", stored in the manifest.
         rank, world_size: data-parallel rank of this process; each rank writes its own files.
-        flush_every: publish buffered rows every this many finalised steps (a crash loses at most that much).
+        flush_every: publish buffered rows every this many finalised steps (a crash loses at most that much). The
+            default 50 matters only for steps faster than 0.1 s (else ``flush_every_s`` comes first): a publish
+            converts and writes one part per table, a cost per column more than per row, so fewer publishes cost
+            less per step and leave fewer files (was 10: docs/integrations/overhead.md).
         flush_every_s: ... or once this many seconds passed since the last publish, whichever comes first, so a
             slow run is visible to ``arldiag watch`` and the dashboard within seconds (checked when a step ends).
         token_sample_rate: fraction of samples whose token rows are kept, chosen by a deterministic hash of
@@ -151,14 +201,20 @@ class Collector:
             step's aggregates of all ranks are reduced to the group's rank 0, whose monitor and ``last_metrics``
             then describe the whole step (the other ranks skip their monitor). Every rank must finalise the same
             steps (record_step), as a collective call.
+        batch_s: > 0: the statistics of finished steps whose updates were all deferred (``defer=True``) are computed
+            together, for up to this many seconds' worth of steps (at most BATCH_STEPS), in one pass
+            (stats.compute_update ``segments``): on steps of a few tens of ms their fixed cost (~1 ms of small numpy
+            calls) is shared. The rows and statistics are those of one pass per step; ``record_step`` then returns
+            ``{}``, and ``last_metrics``, the monitor and ``should_stop`` see a step up to ``batch_s`` later
+            (``settle()`` computes the pending steps now). The TRL drop-in uses 0.5 s; off with a process group.
     """
 
     def __init__(self, root: str | os.PathLike, config: Mapping[str, Any] | None = None,
                  clip: Sequence[float] = (0.2, 0.2), seq_clip: Sequence[float] | None = None,
                  name: str | None = None, algorithm: str | None = None, rank: int = 0, world_size: int = 1,
-                 flush_every: int = 10, flush_every_s: float = 5.0, token_sample_rate: float = 0.05,
+                 flush_every: int = 50, flush_every_s: float = 5.0, token_sample_rate: float = 0.05,
                  neg_adv_delta: float = 0.223, dual_clip_c: float | None = None, monitor: Any = None,
-                 strict: bool = False, queue_size: int = 64, process_group: Any = None):
+                 strict: bool = False, queue_size: int = 64, process_group: Any = None, batch_s: float = 0.0):
         if len(tuple(clip)) != 2:
             raise ValueError(f"clip must be (eps_low, eps_high), got {clip!r}")
         if not 0.0 <= token_sample_rate <= 1.0:
@@ -202,6 +258,11 @@ class Collector:
         self._step_rows: list[dict[str, Any]] = []
         self._step_user: dict[str, None] = {}
         self._rollout = _RolloutCache()
+        if not batch_s >= 0:
+            raise ValueError(f"batch_s must be >= 0 seconds, got {batch_s}")
+        self.batch_s = float(batch_s)
+        self._pending: list[_StepState] = []  # finished steps whose statistics are not computed yet (batch_s)
+        self._pending_since = 0.0
         self._steps_since_flush = 0
         self._closed = False
         self.last_metrics: dict[str, float] = {}
@@ -377,6 +438,10 @@ class Collector:
         if note is not None:  # the online advice fits the settings the action left (Monitor.note_action)
             self._guard("monitor", note, outcome)
 
+    def settle(self) -> None:
+        """Compute and finalise the steps that ``batch_s`` left pending (their rows, step rows and the monitor)."""
+        self._guard("record_step", self._settle)
+
     def request_stop(self, reason: str) -> None:
         """Ask the trainer to stop (it reads ``should_stop``)."""
         self.should_stop = True
@@ -384,7 +449,9 @@ class Collector:
         log.warning("arldiag: stop requested: %s", reason)
 
     def flush(self) -> None:
-        """Finalise nothing; publish every buffered row now (deferred updates are computed first)."""
+        """Finalise nothing; publish every buffered row now (deferred updates and pending steps are computed
+        first)."""
+        self._guard("record_step", self._settle)
         self._guard("record_update", self._drain_staged)
         if self.writer is not None:
             self._guard("flush", self._release_held)
@@ -398,6 +465,7 @@ class Collector:
         try:
             if self._step is not None:
                 self._guard("record_step", self._finalise_step)
+            self._guard("record_step", self._settle)
             if self.writer is not None:
                 self._guard("close", self._release_held)  # rows of a step whose finalising failed
                 self._guard("close", self._release_steps)
@@ -476,10 +544,11 @@ class Collector:
         if self._step is None:
             self._step = step
 
-    def _keys(self, n: int, step: int, update) -> dict[str, np.ndarray]:
-        """Key columns of ``n`` rows; ``update`` is one update index or one per row ([n])."""
+    def _keys(self, n: int, step, update) -> dict[str, np.ndarray]:
+        """Key columns of ``n`` rows; ``step`` and ``update`` are one value or one per row ([n])."""
         upd = np.full(n, update, np.int32) if np.ndim(update) == 0 else update.astype(np.int32, copy=False)
-        return {"step": np.full(n, step, np.int64), "update": upd, "rank": np.full(n, self.rank, np.int32)}
+        st = np.full(n, step, np.int64) if np.ndim(step) == 0 else step.astype(np.int64, copy=False)
+        return {"step": st, "update": upd, "rank": np.full(n, self.rank, np.int32)}
 
     def _record_rollout(self, step, sid, per_sample, mask, tok, lpr, texts) -> None:
         self._enter_step(step)
@@ -523,11 +592,8 @@ class Collector:
 
     def _groups(self, step, g, traj, r, succ, fv) -> dict[str, float]:
         # Group statistics over trajectory returns (sum of the trajectory's sample rewards): GRPO's group.
-        pairs = np.stack([g, traj], axis=1)
-        up, inv = np.unique(pairs, axis=0, return_inverse=True)
-        inv = inv.reshape(-1)
+        tg, inv = _unique_pairs(g, traj)                                      # [n_traj] group of each trajectory
         ret = np.bincount(inv, weights=np.nan_to_num(r))                       # [n_traj] returns
-        tg = up[:, 0]
         ug, ginv = np.unique(tg, return_inverse=True)
         n_t = np.bincount(ginv)
         mean = np.bincount(ginv, weights=ret) / n_t
@@ -545,7 +611,7 @@ class Collector:
                 "group_id": ug, "n_samples": n_s.astype(np.int32), "n_trajectories": n_t.astype(np.int32),
                 "reward_mean": mean, "reward_std": std, "zero_std": zero}
         if succ is not None:
-            s_traj = np.zeros(up.shape[0])
+            s_traj = np.zeros(tg.size)
             np.maximum.at(s_traj, inv, succ.astype(np.float64))
             cols["success_frac"] = np.bincount(ginv, weights=s_traj) / n_t
         if fv is not None:
@@ -588,72 +654,106 @@ class Collector:
     def _record_updates(self, step: int, batch: list[tuple[int, UpdateInputs, np.ndarray]]) -> dict:
         """Statistics and rows of the updates in ``batch`` (one, or several stacked by collectors/staging.py)."""
         self._enter_step(step)
+        prep = self._prepare(step, batch, self._rollout)
+        res = compute_update(prep.inp, self.bands)
+        merge_into(self._aggs, res.aggs)
+        self._updates.update(b[0] for b in batch)
+        self._seq_k3.append(res.seq_k3[res.nonempty])
+        self._emit_rows([prep], res)
+        return res.aggs
+
+    def _prepare(self, step: int, batch: list[tuple[int, UpdateInputs, np.ndarray]],
+                 rollout: "_RolloutCache") -> "_Prepared":
+        """The updates of ``batch`` stacked and aligned with what the rollout recorded for their samples: the
+        rollout engine's log-probs and token ids per masked token, and the rollout's per-sample columns per row."""
         sizes = [b[1].mask.shape[0] for b in batch]
         inp = stack([b[1] for b in batch])
         sid = batch[0][2] if len(batch) == 1 else np.concatenate([b[2] for b in batch])
         update = batch[0][0] if len(batch) == 1 else np.repeat(np.array([b[0] for b in batch], np.int32), sizes)
         B = inp.mask.shape[0]
-        j = self._rollout.lookup(sid)
+        j = rollout.lookup(sid)
         known = j >= 0
         # Align the rollout engine's log-probs / ids with the trainer's masked tokens (same count per sample).
         if known.any() and (inp.logp_rollout is None or inp.token_ids is not None):
             n_u = row_counts(inp.mask)  # masked tokens are row-major, so [B] counts give each token's row
-            n_r = np.where(known, self._rollout.lengths[np.maximum(j, 0)], -1)
+            n_r = np.where(known, rollout.lengths[np.maximum(j, 0)], -1)
             same = known & (n_u == n_r)
             rows = np.repeat(np.arange(B), n_u)
             k = np.arange(rows.size) - np.concatenate(([0], np.cumsum(n_u)[:-1]))[rows]
-            src = self._rollout.offsets[np.maximum(j, 0)][rows] + k
+            src = rollout.offsets[np.maximum(j, 0)][rows] + k
             ok = same[rows]
-            if inp.logp_rollout is None and not np.all(np.isnan(self._rollout.flat_logp)):
-                inp.rollout_flat_logp = np.where(ok, self._rollout.flat_logp[np.where(ok, src, 0)], np.nan) \
+            if inp.logp_rollout is None and not np.all(np.isnan(rollout.flat_logp)):
+                inp.rollout_flat_logp = np.where(ok, rollout.flat_logp[np.where(ok, src, 0)], np.nan) \
                     if rows.size else np.empty(0, np.float32)
-            if inp.token_ids is not None and np.any(self._rollout.flat_tok >= 0):
-                inp.rollout_flat_token_ids = np.where(ok, self._rollout.flat_tok[np.where(ok, src, 0)], -1) \
+            if inp.token_ids is not None and np.any(rollout.flat_tok >= 0):
+                inp.rollout_flat_token_ids = np.where(ok, rollout.flat_tok[np.where(ok, src, 0)], -1) \
                     if rows.size else np.empty(0, np.int64)
                 # samples whose lengths differ: a retokenization changed the token count (count the difference)
                 diff_len = known & ~same
                 inp.retok_extra = np.where(diff_len, np.abs(n_u - n_r), -1)
-        if inp.turn_ids is None and "turn" in self._rollout.cols and known.all():
-            inp.turn_ids = self._rollout.cols["turn"][j]  # per-turn samples: the rollout said which turn each is
-        res = compute_update(inp, self.bands)
-        merge_into(self._aggs, res.aggs)
-        self._updates.update(b[0] for b in batch)
-        self._seq_k3.append(res.seq_k3[res.nonempty])
-
-        seq = res.seq
-        cols = dict(seq)
-        cols.update(self._keys(B, step, update))
-        cols["sample_id"] = sid
+        if inp.turn_ids is None and "turn" in rollout.cols and known.all():
+            inp.turn_ids = rollout.cols["turn"][j]  # per-turn samples: the rollout said which turn each is
+        cols: dict[str, Any] = {}  # the rollout's columns of each row (null / NaN / -1 for an unknown sample)
         for name in ("group_id", "trajectory_id", "reward", "format_valid", "truncated", "success",
                      "response_length"):
-            src_col = self._rollout.cols.get(name)
+            src_col = rollout.cols.get(name)
             if src_col is not None:
                 v = src_col[np.maximum(j, 0)]
                 if np.issubdtype(v.dtype, np.floating):
                     cols[name] = np.where(known, v, np.nan)
                 elif name in ("group_id", "trajectory_id"):
                     cols[name] = np.where(known, v, -1)
+                elif known.all():
+                    cols[name] = v
                 else:  # unknown sample: null, not a made-up value
                     cols[name] = np.ma.array(v, mask=~known)
-        if cols.get("turn") is not None and (seq["turn"] < 0).all() and "turn" in self._rollout.cols:
-            cols["turn"] = np.where(known, self._rollout.cols["turn"][np.maximum(j, 0)], -1).astype(np.int16)
+        turn = None
+        if "turn" in rollout.cols:
+            turn = np.where(known, rollout.cols["turn"][np.maximum(j, 0)], -1).astype(np.int16)
+        texts = None if rollout.texts is None else [rollout.texts[i] if i >= 0 else None for i in j.tolist()]
+        return _Prepared(step, inp, sid, update, sizes, cols, turn, texts)
+
+    def _emit_rows(self, preps: list["_Prepared"], res) -> None:
+        """Hold the sequences, turns and tokens rows of ``preps`` (their rows stacked in this order in ``res``)."""
+        if len(preps) == 1:
+            pr = preps[0]
+            B = pr.inp.mask.shape[0]
+            step, update, sid, sizes, rcols, turn, texts = pr.step, pr.update, pr.sid, pr.sizes, pr.cols, pr.turn, \
+                pr.texts
+        else:
+            Bs = [pr.inp.mask.shape[0] for pr in preps]
+            B = sum(Bs)
+            step = np.repeat(np.array([pr.step for pr in preps], np.int64), Bs)
+            update = np.concatenate([np.broadcast_to(np.asarray(pr.update, np.int32), (n,)) for pr, n in zip(preps, Bs)])
+            sid = np.concatenate([pr.sid for pr in preps])
+            sizes = [n for pr in preps for n in pr.sizes]
+            rcols = concat_columns([pr.cols for pr in preps])
+            turn = None if preps[0].turn is None else np.concatenate([pr.turn for pr in preps])
+            texts = None if preps[0].texts is None else [t for pr in preps for t in pr.texts]
+        seq = res.seq
+        cols = dict(seq)
+        cols.update(self._keys(B, step, update))
+        cols["sample_id"] = sid
+        cols.update(rcols)
+        if cols.get("turn") is not None and (seq["turn"] < 0).all() and turn is not None:
+            cols["turn"] = turn
         keep = np.flatnonzero(res.nonempty)  # samples with no (finite) token carry no statistics
-        if self._rollout.texts is not None:
-            cols["text"] = [self._rollout.texts[j[i]] if j[i] >= 0 else None for i in keep]
+        if texts is not None:
+            cols["text"] = [texts[i] for i in keep.tolist()]
         cols = {k: (v if isinstance(v, list) else np.asarray(v)[keep] if not isinstance(v, np.ma.MaskedArray)
                     else v[keep]) for k, v in cols.items()}
         self._hold("sequences", cols, keep.size)
 
-        turn = res.turn
-        if turn is not None and turn["row"].size:
-            r = turn["row"]
-            tcols = {k: v for k, v in turn.items() if k != "row"}
-            tcols.update(self._keys(r.size, step, update if np.ndim(update) == 0 else update[r]))
+        tr = res.turn
+        if tr is not None and tr["row"].size:
+            r = tr["row"]
+            tcols = {k: v for k, v in tr.items() if k != "row"}
+            tcols.update(self._keys(r.size, step if np.ndim(step) == 0 else step[r],
+                                    update if np.ndim(update) == 0 else update[r]))
             tcols["sample_id"] = sid[r]
             self._hold("turns", tcols, r.size)
 
         self._put_tokens(step, update, sizes, sid, res)
-        return res.aggs
 
     def _put_tokens(self, step, update, sizes, sid, res) -> None:
         """Token rows of the sampled, anomalous and top-1% KL samples; ``sizes``: rows per update of the batch."""
@@ -675,7 +775,7 @@ class Collector:
         tok = res.token_rows(keep)  # only the kept rows leave the device
         r = tok["rows"]
         n = r.size
-        cols = self._keys(n, step, update if np.ndim(update) == 0 else update[r])
+        cols = self._keys(n, step if np.ndim(step) == 0 else step[r], update if np.ndim(update) == 0 else update[r])
         cols.update(sample_id=sid[r], pos=tok["pos"].astype(np.int32), turn=tok["turn"], logp=tok["logp"],
                     logp_old=tok["logp_old"], advantage=tok["advantage"],
                     log_ratio=tok["log_ratio"].astype(np.float32), sampled=sampled[r])
@@ -695,13 +795,96 @@ class Collector:
         step = self._step
         if step is None:
             return {}
-        self._guard("record_update", self._drain_staged)
-        aggs = self._aggs
-        aggs["n_updates"] = len(self._updates)
-        if self._seq_k3:
-            aggs["kl_top_share"] = top_share(np.concatenate(self._seq_k3))
-        user = self._user
-        row = {"step": step, "rank": self.rank, "time": _now_us()}
+        st = _StepState(step, self._aggs, self._updates, self._seq_k3, self._user, self._staged, self._rollout)
+        # reset the per-step state before anything can fail
+        self._step, self._aggs, self._updates, self._seq_k3, self._user = None, {}, set(), [], {}
+        self._staged, self._rollout = [], _RolloutCache()
+        if self._batchable(st):
+            if not self._pending:
+                self._pending_since = time.monotonic()
+            self._pending.append(st)
+            if len(self._pending) >= BATCH_STEPS or time.monotonic() - self._pending_since >= self.batch_s:
+                self._settle()
+            return {}
+        self._settle()  # earlier steps first
+        self._guard("record_update", self._drain_into, st)
+        return self._finish_step(st)
+
+    def _batchable(self, st: "_StepState") -> bool:
+        """Whether a finished step can wait for a batched statistics pass (batch_s): deferred updates of one kind,
+        numpy inputs, no per-turn samples, no process group (its reduction is a collective call per step)."""
+        if self.batch_s <= 0 or self._pg[1] or not st.staged or "turn" in st.rollout.cols:
+            return False
+        first = st.staged[0][1]
+        if not isinstance(first.mask, np.ndarray) or first.turn_ids is not None:
+            return False
+        sig = signature(first)
+        return all(signature(s[1]) == sig for s in st.staged[1:])
+
+    def _drain_into(self, st: "_StepState") -> None:
+        """The per-step path for a step taken out of the current state: compute its staged updates."""
+        self._step, self._aggs, self._updates, self._seq_k3 = st.step, st.aggs, st.updates, st.seq_k3
+        self._staged, self._rollout = st.staged, st.rollout
+        try:
+            self._drain_staged()
+        finally:
+            self._step, self._aggs, self._updates, self._seq_k3 = None, {}, set(), []
+            self._staged, self._rollout = [], _RolloutCache()
+
+    def _settle(self) -> None:
+        pend, self._pending = self._pending, []
+        if not pend:
+            return
+        self._guard("record_update", self._compute_pending, pend)
+        for st in pend:
+            self._finish_step(st)
+
+    def _compute_pending(self, pend: list["_StepState"]) -> None:
+        """The statistics and rows of the pending steps: one compute_update over the steps whose stacked inputs
+        are alike (same inputs given, same rollout columns), split per step (stats._segment_aggs)."""
+        preps = [self._prepare(st.step, st.staged, st.rollout) for st in pend]
+        groups: dict[tuple, list[int]] = {}
+        for i, pr in enumerate(preps):
+            inp = pr.inp
+            key = (signature(inp), inp.rollout_flat_logp is None, inp.rollout_flat_token_ids is None,
+                   inp.retok_extra is None, tuple(pr.cols), pr.turn is None, pr.texts is None)
+            groups.setdefault(key, []).append(i)
+        for idx in groups.values():
+            inps = [preps[i].inp for i in idx]
+            inp = stack(inps)
+            if len(idx) > 1:
+                for f in ("rollout_flat_logp", "rollout_flat_token_ids", "retok_extra"):
+                    if getattr(inps[0], f) is not None:
+                        setattr(inp, f, np.concatenate([getattr(x, f) for x in inps]))
+            if len(idx) == 1 or not segmentable(inp.mask, inp.turn_ids):
+                for i in idx:  # one pass per step
+                    res = compute_update(preps[i].inp, self.bands)
+                    self._merge_step(pend[i], res.aggs, res.seq_k3[res.nonempty])
+                    self._emit_rows([preps[i]], res)
+                continue
+            sizes = [x.mask.shape[0] for x in inps]
+            starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+            res = compute_update(inp, self.bands, segments=starts)
+            k3 = res.seq_k3
+            for i, a, lo, n in zip(idx, res.aggs, starts, sizes):
+                self._merge_step(pend[i], a, k3[lo:lo + n][res.nonempty[lo:lo + n]])
+            self._emit_rows([preps[i] for i in idx], res)
+
+    @staticmethod
+    def _merge_step(st: "_StepState", aggs: Mapping[str, float], seq_k3: np.ndarray) -> None:
+        merge_into(st.aggs, aggs)
+        st.updates.update(s[0] for s in st.staged)
+        st.seq_k3.append(seq_k3)
+
+    def _finish_step(self, st: "_StepState") -> dict[str, float]:
+        """The step row, the derived metrics, the publish and the monitor of a step whose statistics are in."""
+        step = st.step
+        aggs = st.aggs
+        aggs["n_updates"] = len(st.updates)
+        if st.seq_k3:
+            aggs["kl_top_share"] = top_share(np.concatenate(st.seq_k3))
+        user = st.user
+        row = {"step": step, "rank": self.rank, "time": st.time}
         row.update({a.name: aggs.get(a.name) for a in STEP_AGGS})
         row.update({USER_METRIC_PREFIX + k: v for k, v in user.items()})
         if self._held_rows >= HOLD_ROWS:
@@ -730,9 +913,6 @@ class Collector:
                 metrics[k] = v
         metrics["step"] = step
         self.last_metrics = metrics
-        # reset the per-step state before anything can fail
-        self._step, self._aggs, self._updates, self._seq_k3, self._user = None, {}, set(), [], {}
-        self._rollout = _RolloutCache()
         self._steps_since_flush += 1
         if self.writer is not None and (self._steps_since_flush >= self.flush_every
                                         or time.monotonic() - self._last_flush >= self.flush_every_s):

@@ -147,6 +147,8 @@ class ArldiagGRPOMixin:
                    and math.isfinite(float(v))}
         col.record_step(int(self.state.global_step), metrics)
         stab = self.arldiag_stabilizer  # collectors/trl_stabilize.py: act before the next optimizer step
+        if stab is not None:
+            col.settle()  # this step's result now, not after a batch (Collector batch_s)
         res = getattr(col.monitor, "last_result", None) if stab is not None else None
         if res is not None and res.step == int(self.state.global_step):
             col._guard("auto-stabilize", stab.on_result, res)
@@ -192,6 +194,8 @@ def collector_for(trainer: Any, run_dir: str, **kwargs: Any) -> Any:
               "learning_rate": args.learning_rate, "per_device_train_batch_size": args.per_device_train_batch_size,
               "gradient_accumulation_steps": args.gradient_accumulation_steps}
     kwargs.setdefault("clip", trl_clip(trainer))
+    # a tiny TRL step takes tens of ms: steps within 0.5 s share one statistics pass (Collector batch_s)
+    kwargs.setdefault("batch_s", 0.5)
     kwargs.setdefault("algorithm", trainer.loss_type)
     kwargs.setdefault("rank", trainer.accelerator.process_index)
     kwargs.setdefault("world_size", trainer.accelerator.num_processes)

@@ -1,8 +1,9 @@
 """Compaction: merge a finished run's many small parts into one part per table and rank.
 
-A run writes one part per table every ``flush_every`` steps, so a 200-step run holds ~20 small files per table;
-each carries its own footer and statistics (a `steps` part with ~100 columns is mostly footer). Merging them keeps
-every row and shrinks the run (the cispo sample run: steps 761 -> 89 KB, groups 64 -> 7 KB).
+A run writes one part per table every ``flush_every`` steps or ``flush_every_s`` seconds, so a 200-step run holds
+4 (fast steps) to 200 (steps slower than 5 s) small files per table; each carries its own footer and statistics
+(a `steps` part with ~100 columns is mostly footer). Merging them keeps every row and shrinks the run (the cispo
+sample run: steps 761 -> 89 KB, groups 64 -> 7 KB).
 
 Crash safety: the merged part is written as ``.tmp`` and fsynced, a journal ``.compact.json`` names the old parts
 and the new one, the merged part is renamed into place, the old parts are removed, then the journal. A crash

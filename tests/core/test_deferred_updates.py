@@ -180,6 +180,45 @@ def test_table_and_np_to_arrow_nulls():
     assert cached_schema(key, lambda: pa.schema([("a", pa.int64())])) is cached_schema(key, lambda: None)
 
 
+def test_table_converts_columns_of_one_type_together_as_pyarrow_does():
+    """table() converts the numeric columns of one Arrow type as one array and slices it (_convert_block): each
+    column equals pyarrow's own conversion of it, masks and NaN as nulls, other dtypes cast to the column type."""
+    rng = np.random.default_rng(7)
+    n = 11
+    f64 = rng.normal(size=(3, n))
+    f64[1, [2, 5]] = np.nan
+    rew = np.ma.array(rng.normal(size=n), mask=rng.random(n) < 0.3)
+    cols = {"step": np.arange(n, dtype=np.int32), "update": np.full(n, 2, np.int64), "rank": np.zeros(n, np.int64),
+            "sample_id": np.arange(n) * 7, "advantage": f64[0].astype(np.float32), "seq_log_ratio": f64[1],
+            "seq_ratio": f64[2], "reward": rew, "neg_adv_low_is": rng.random(n) < 0.5,
+            "neg_adv_low_is_delta": np.ma.array(rng.random(n) < 0.5, mask=rng.random(n) < 0.4),
+            "success": np.ma.array(np.ones(n, bool), mask=np.zeros(n, bool))}
+    got = table(SEQUENCES, cols, n)
+    for c in SEQUENCES:
+        v = cols.get(c.name)
+        if v is None:
+            want = pa.nulls(n, c.type)
+        elif isinstance(v, np.ma.MaskedArray):
+            want = pa.array(np.ma.getdata(v), mask=np.ma.getmaskarray(v)).cast(c.type)
+        else:
+            want = pa.array(v, from_pandas=True).cast(c.type)
+        assert got.column(c.name).combine_chunks().equals(want), c.name
+    assert got.column("seq_log_ratio").null_count == 2
+    assert got.column("reward").null_count == int(rew.mask.sum())
+
+
+def test_unique_pairs_matches_numpy_unique_of_the_rows():
+    from arldiag.collectors.collector import _unique_pairs
+
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 8, 200):
+        a, b = rng.integers(0, 5, n), rng.integers(-3, 4, n)
+        first, inv = _unique_pairs(a, b)
+        up, want_inv = np.unique(np.stack([a, b], 1).reshape(n, 2), axis=0, return_inverse=True)
+        assert np.array_equal(first, up[:, 0])
+        assert np.array_equal(inv, want_inv.reshape(-1))
+
+
 def test_time_column_keeps_its_value():
     schema = pa.schema([("time", pa.timestamp("us", tz="UTC"))])
     assert row_table(schema, {"time": 1_700_000_000_000_000}).column("time").cast(pa.int64()).to_pylist() == \

@@ -54,7 +54,7 @@ def test_flush_every_s_validated(tmp_path) -> None:
 
 
 def test_default_publishes_a_slow_run_after_its_first_step(tmp_path, monkeypatch) -> None:
-    # the default (10 steps or 5 s): a run whose steps take 30 s is readable after its first step
+    # the default (50 steps or 5 s): a run whose steps take 30 s is readable after its first step
     clock = FakeClock()
     monkeypatch.setattr(collector_mod, "time", clock)
     col = arldiag.Collector(tmp_path / "r")
