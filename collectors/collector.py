@@ -31,6 +31,7 @@ from arldiag.store.writer import PART_ROWS, StoreWriter
 from arldiag.backends import is_torch
 from arldiag.collectors.convert import as_array, as_device_array, check_shape, row_counts
 from arldiag.collectors.staging import owned, signature, stack
+from arldiag.collectors.rollout_stats import RolloutCall, rollout_stats
 from arldiag.collectors.arrow_rows import (cached_schema, concat_columns, row_table as _row_table, rows_table,
                                           table as _table)
 
@@ -122,11 +123,11 @@ class _RolloutCache:
 class _StepState:
     """What a step gathered until it was finalised: raw aggregates, update indices, per-sequence k3 sums, trainer
     metrics, staged (deferred) updates and the rollout cache; ``time``: when it was finalised (its step row)."""
-    __slots__ = ("step", "aggs", "updates", "seq_k3", "user", "staged", "rollout", "time")
+    __slots__ = ("step", "aggs", "updates", "seq_k3", "user", "staged", "rollout", "rolls", "time")
 
-    def __init__(self, step, aggs, updates, seq_k3, user, staged, rollout):
+    def __init__(self, step, aggs, updates, seq_k3, user, staged, rollout, rolls):
         self.step, self.aggs, self.updates, self.seq_k3, self.user = step, aggs, updates, seq_k3, user
-        self.staged, self.rollout, self.time = staged, rollout, _now_us()
+        self.staged, self.rollout, self.rolls, self.time = staged, rollout, rolls, _now_us()
 
 
 class _Prepared:
@@ -136,19 +137,6 @@ class _Prepared:
     def __init__(self, step, inp, sid, update, sizes, cols, turn, texts):
         self.step, self.inp, self.sid, self.update, self.sizes = step, inp, sid, update, sizes
         self.cols, self.turn, self.texts = cols, turn, texts
-
-
-def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct (a, b) pairs sorted by a then b: (their a values, each input's pair index), as
-    ``np.unique(np.stack([a, b], 1), axis=0, return_inverse=True)`` gives, without its structured-dtype sort
-    (~3x slower on a step's few samples, on the trainer's thread)."""
-    order = np.lexsort((b, a))
-    sa, sb = a[order], b[order]
-    new = np.ones(order.size, bool)
-    new[1:] = (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])
-    inv = np.empty(order.size, np.int64)
-    inv[order] = np.cumsum(new) - 1
-    return sa[new], inv
 
 
 def _missing(dtype: np.dtype):
@@ -262,6 +250,7 @@ class Collector:
             raise ValueError(f"batch_s must be >= 0 seconds, got {batch_s}")
         self.batch_s = float(batch_s)
         self._pending: list[_StepState] = []  # finished steps whose statistics are not computed yet (batch_s)
+        self._rolls: list[RolloutCall] = []  # the current step's rollout calls, computed with its statistics
         self._pending_since = 0.0
         self._steps_since_flush = 0
         self._closed = False
@@ -453,6 +442,9 @@ class Collector:
         first)."""
         self._guard("record_step", self._settle)
         self._guard("record_update", self._drain_staged)
+        rolls, self._rolls = self._rolls, []
+        if rolls:
+            self._guard("record_rollout", self._rollout_calls, rolls, [self._aggs] * len(rolls))
         if self.writer is not None:
             self._guard("flush", self._release_held)
             self._guard("flush", self._release_steps)
@@ -564,60 +556,26 @@ class Collector:
             flat_tok, flat_lp = np.empty(0, np.int64), np.empty(0, np.float32)
         self._rollout.add(sid, per_sample, flat_lp, flat_tok, lengths, texts)
 
-        a: dict[str, float] = {"n_roll": B}
-        r = per_sample.get("reward")
-        if r is not None:
-            rf = r[np.isfinite(r)]
-            a.update(n_roll_reward=rf.size, sum_reward=float(rf.sum()), sum_reward_sq=float(np.dot(rf, rf)))
-        fv = per_sample.get("format_valid")
-        if fv is not None:
-            a.update(n_format_known=B, n_format_valid=int(fv.sum()))
-        tr = per_sample.get("truncated")
-        if tr is not None:
-            a.update(n_trunc_known=B, n_truncated=int(tr.sum()))
-        if mask is not None and B:
-            a.update(n_resp_len=B, sum_resp_len=float(lengths.sum()), max_resp_len=float(lengths.max()),
-                     min_resp_len=float(lengths.min()))
-        traj = per_sample.get("trajectory_id", sid)
-        succ = per_sample.get("success")
-        if succ is not None:
-            ut, inv = np.unique(traj, return_inverse=True)
-            s_traj = np.zeros(ut.size, bool)
-            np.logical_or.at(s_traj, inv, succ)
-            a.update(n_traj=ut.size, n_traj_success=int(s_traj.sum()))
-        g = per_sample.get("group_id")
-        if g is not None and r is not None:
-            a.update(self._groups(step, g, traj, r, succ, fv))
-        merge_into(self._aggs, a)
+        lengths = lengths if mask is not None else None
+        if self.batch_s > 0:  # computed with the step's statistics (with other steps' when it is batched): copies,
+            # the arrays may be views of the trainer's buffers, which it can reuse before then
+            self._rolls.append(RolloutCall(step, np.array(sid), {k: np.array(v) for k, v in per_sample.items()},
+                                           lengths))
+        else:
+            self._rollout_calls([RolloutCall(step, sid, per_sample, lengths)], [self._aggs])
 
-    def _groups(self, step, g, traj, r, succ, fv) -> dict[str, float]:
-        # Group statistics over trajectory returns (sum of the trajectory's sample rewards): GRPO's group.
-        tg, inv = _unique_pairs(g, traj)                                      # [n_traj] group of each trajectory
-        ret = np.bincount(inv, weights=np.nan_to_num(r))                       # [n_traj] returns
-        ug, ginv = np.unique(tg, return_inverse=True)
-        n_t = np.bincount(ginv)
-        mean = np.bincount(ginv, weights=ret) / n_t
-        var = np.maximum(np.bincount(ginv, weights=ret * ret) / n_t - mean**2, 0.0)
-        # equal returns exactly -> zero std (avoid float noise from the moment formula)
-        rmin = np.full(ug.size, np.inf)
-        rmax = np.full(ug.size, -np.inf)
-        np.minimum.at(rmin, ginv, ret)
-        np.maximum.at(rmax, ginv, ret)
-        zero = rmax - rmin <= 1e-12 * np.maximum(1.0, np.abs(rmax))
-        std = np.where(zero, 0.0, np.sqrt(var))
-        sinv = np.searchsorted(ug, g)
-        n_s = np.bincount(sinv, minlength=ug.size)
-        cols = {"step": np.full(ug.size, step, np.int64), "rank": np.full(ug.size, self.rank, np.int32),
-                "group_id": ug, "n_samples": n_s.astype(np.int32), "n_trajectories": n_t.astype(np.int32),
-                "reward_mean": mean, "reward_std": std, "zero_std": zero}
-        if succ is not None:
-            s_traj = np.zeros(tg.size)
-            np.maximum.at(s_traj, inv, succ.astype(np.float64))
-            cols["success_frac"] = np.bincount(ginv, weights=s_traj) / n_t
-        if fv is not None:
-            cols["format_valid_frac"] = np.bincount(sinv, weights=fv.astype(np.float64), minlength=ug.size) / n_s
-        self._hold("groups", cols, ug.size)
-        return {"n_groups": ug.size, "n_groups_zero_std": int(zero.sum()), "sum_group_reward_std": float(std.sum())}
+    def _rollout_calls(self, calls: list[RolloutCall], targets: list[dict]) -> None:
+        """The aggregates of each rollout call merged into its step's aggregates (``targets``, one per call) and the
+        group rows held; calls with the same columns in one pass (collectors/rollout_stats.py)."""
+        by_cols: dict[tuple, list[int]] = {}
+        for i, c in enumerate(calls):
+            by_cols.setdefault((tuple(sorted(c.per_sample)), c.lengths is None), []).append(i)
+        for idx in by_cols.values():
+            aggs, groups = rollout_stats([calls[i] for i in idx], self.rank)
+            for i, a in zip(idx, aggs):
+                merge_into(targets[i], a)
+            if groups is not None:
+                self._hold("groups", groups, groups["group_id"].size)
 
     def _stage(self, step: int, update: int, inp: UpdateInputs, sid: np.ndarray | None) -> None:
         self._enter_step(step)
@@ -795,10 +753,11 @@ class Collector:
         step = self._step
         if step is None:
             return {}
-        st = _StepState(step, self._aggs, self._updates, self._seq_k3, self._user, self._staged, self._rollout)
+        st = _StepState(step, self._aggs, self._updates, self._seq_k3, self._user, self._staged, self._rollout,
+                        self._rolls)
         # reset the per-step state before anything can fail
         self._step, self._aggs, self._updates, self._seq_k3, self._user = None, {}, set(), [], {}
-        self._staged, self._rollout = [], _RolloutCache()
+        self._staged, self._rollout, self._rolls = [], _RolloutCache(), []
         if self._batchable(st):
             if not self._pending:
                 self._pending_since = time.monotonic()
@@ -807,6 +766,8 @@ class Collector:
                 self._settle()
             return {}
         self._settle()  # earlier steps first
+        if st.rolls:
+            self._guard("record_rollout", self._rollout_calls, st.rolls, [st.aggs] * len(st.rolls))
         self._guard("record_update", self._drain_into, st)
         return self._finish_step(st)
 
@@ -842,6 +803,9 @@ class Collector:
     def _compute_pending(self, pend: list["_StepState"]) -> None:
         """The statistics and rows of the pending steps: one compute_update over the steps whose stacked inputs
         are alike (same inputs given, same rollout columns), split per step (stats._segment_aggs)."""
+        rolls = [(c, st.aggs) for st in pend for c in st.rolls]
+        if rolls:
+            self._guard("record_rollout", self._rollout_calls, [c for c, _ in rolls], [a for _, a in rolls])
         preps = [self._prepare(st.step, st.staged, st.rollout) for st in pend]
         groups: dict[tuple, list[int]] = {}
         for i, pr in enumerate(preps):

@@ -141,3 +141,21 @@ def test_batch_waits_at_most_batch_steps_and_settle_computes_now(tmp_path, monke
 def test_batch_s_validated(tmp_path):
     with pytest.raises(ValueError, match="batch_s must be >= 0 seconds, got -1"):
         arldiag.Collector(tmp_path / "r", batch_s=-1)
+
+
+def test_a_waiting_step_keeps_what_the_trainer_handed_over(tmp_path):
+    """The trainer may reuse its buffers once a hook returns: a step computed later uses copies."""
+    rng = np.random.default_rng(2)
+    col = arldiag.Collector(tmp_path / "r", strict=True, batch_s=100.0)
+    rewards, sid = np.array([1.0, 0.0, 1.0, 1.0]), np.arange(4)
+    upd = _update(rng, 4, 3)
+    col.record_rollout(0, sample_ids=sid, group_ids=np.array([0, 0, 1, 1]), rewards=rewards)
+    col.record_update(0, 0, sample_ids=sid, defer=True, **upd)
+    col.record_step(0)
+    rewards[:] = -5.0
+    upd["logp"][:] = 0.0
+    col.settle()
+    m = col.last_metrics
+    assert m["reward_mean"] == 0.75 and m["n_tokens"] == int(upd["response_mask"].sum())
+    assert m["logp_mean"] < 0  # the update's own log-probs, not the zeros written afterwards
+    col.close()

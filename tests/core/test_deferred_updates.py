@@ -207,18 +207,6 @@ def test_table_converts_columns_of_one_type_together_as_pyarrow_does():
     assert got.column("reward").null_count == int(rew.mask.sum())
 
 
-def test_unique_pairs_matches_numpy_unique_of_the_rows():
-    from arldiag.collectors.collector import _unique_pairs
-
-    rng = np.random.default_rng(3)
-    for n in (0, 1, 8, 200):
-        a, b = rng.integers(0, 5, n), rng.integers(-3, 4, n)
-        first, inv = _unique_pairs(a, b)
-        up, want_inv = np.unique(np.stack([a, b], 1).reshape(n, 2), axis=0, return_inverse=True)
-        assert np.array_equal(first, up[:, 0])
-        assert np.array_equal(inv, want_inv.reshape(-1))
-
-
 def test_time_column_keeps_its_value():
     schema = pa.schema([("time", pa.timestamp("us", tz="UTC"))])
     assert row_table(schema, {"time": 1_700_000_000_000_000}).column("time").cast(pa.int64()).to_pylist() == \
