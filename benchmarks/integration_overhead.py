@@ -344,6 +344,19 @@ def verl_phases(tiny: VerlTiny, runs: int, steps: int, tmp: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------- main
+def _bootstrap_ratio(without: list[float], with_: list[float], n: int = 4000, seed: int = 0) -> list[float]:
+    """90 % bootstrap interval of the ratio of medians (runs resampled within each arm): how far the measured ratio
+    can move on this host by chance alone."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    a, b = np.asarray(without), np.asarray(with_)
+    ra = np.median(a[rng.integers(0, a.size, (n, a.size))], axis=1)
+    rb = np.median(b[rng.integers(0, b.size, (n, b.size))], axis=1)
+    lo, hi = np.quantile(rb / ra, [0.05, 0.95])
+    return [round(float(lo), 4), round(float(hi), 4)]
+
+
 def summarise(name: str, base: list[tuple], inst: list[tuple]) -> dict:
     med = {k: statistics.median(v) for k, v in
            (("wall_without", [b[0] for b in base]), ("wall_with", [i[0] for i in inst]),
@@ -352,6 +365,8 @@ def summarise(name: str, base: list[tuple], inst: list[tuple]) -> dict:
            "ratio_wall": round(med["wall_with"] / med["wall_without"], 4),
            "ratio_cpu": round(med["cpu_with"] / med["cpu_without"], 4),
            "paired_ratio_wall": round(statistics.median(i[0] / b[0] for b, i in zip(base, inst)), 4)}
+    out["ratio_wall_ci90"] = _bootstrap_ratio([b[0] for b in base], [i[0] for i in inst])
+    out["ratio_cpu_ci90"] = _bootstrap_ratio([b[1] for b in base], [i[1] for i in inst])
     out["hooks_ms"] = round(statistics.median(i[2] for i in inst) * 1e3, 2)
     out["hooks_share_of_cpu"] = round(statistics.median(i[2] / i[1] for i in inst), 4)
     out["close_ms_per_run"] = round(statistics.median(i[3] for i in inst) * 1e3, 1)
@@ -420,9 +435,11 @@ def main(argv: list[str] | None = None) -> None:
               f"of the step", flush=True)
     results["results"] = rows
     for r in rows:
+        lo, hi = r["ratio_wall_ci90"]
+        clo, chi = r["ratio_cpu_ci90"]
         line = (f"{r['name']}: wall {r['wall_without']:.1f} -> {r['wall_with']:.1f} ms/step (ratio {r['ratio_wall']:.3f},"
-                f" paired {r['paired_ratio_wall']:.3f}); CPU {r['cpu_without']:.1f} -> {r['cpu_with']:.1f} ms/step "
-                f"(ratio {r['ratio_cpu']:.3f})")
+                f" 90 % interval {lo:.3f}-{hi:.3f}, paired {r['paired_ratio_wall']:.3f}); CPU {r['cpu_without']:.1f} -> "
+                f"{r['cpu_with']:.1f} ms/step (ratio {r['ratio_cpu']:.3f}, {clo:.3f}-{chi:.3f})")
         line += (f"; inside the hooks {r['hooks_ms']:.1f} ms CPU/step = {100 * r['hooks_share_of_cpu']:.2f} % of "
                  f"the step's CPU time; closing the store {r['close_ms_per_run']:.0f} ms once per run; writer "
                  f"thread {r['writer_ms']:.1f} ms CPU/step = {100 * r['writer_share_of_cpu']:.2f} % (close included)")
