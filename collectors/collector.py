@@ -121,13 +121,21 @@ class _RolloutCache:
 
 
 class _StepState:
-    """What a step gathered until it was finalised: raw aggregates, update indices, per-sequence k3 sums, trainer
-    metrics, staged (deferred) updates and the rollout cache; ``time``: when it was finalised (its step row)."""
+    """What a step gathered: raw aggregates, update indices, per-sequence k3 sums, trainer metrics, deferred
+    updates (``record_update(defer=True)``: (update, inputs, sample ids)), the rollout cache and the rollout calls
+    not computed yet (batch_s); ``time``: when it was finalised (its step row)."""
     __slots__ = ("step", "aggs", "updates", "seq_k3", "user", "staged", "rollout", "rolls", "time")
 
-    def __init__(self, step, aggs, updates, seq_k3, user, staged, rollout, rolls):
-        self.step, self.aggs, self.updates, self.seq_k3, self.user = step, aggs, updates, seq_k3, user
-        self.staged, self.rollout, self.rolls, self.time = staged, rollout, rolls, _now_us()
+    def __init__(self, step: int):
+        self.step = step
+        self.aggs: dict[str, float] = {}
+        self.updates: set[int] = set()
+        self.seq_k3: list[np.ndarray] = []
+        self.user: dict[str, float] = {}
+        self.staged: list[tuple[int, UpdateInputs, np.ndarray]] = []
+        self.rollout = _RolloutCache()
+        self.rolls: list[RolloutCall] = []
+        self.time = 0
 
 
 class _Prepared:
@@ -228,29 +236,21 @@ class Collector:
         self.should_stop = False
         self.stop_reason: str | None = None
         self._warned: set[str] = set()
-        self._step: int | None = None
-        self._aggs: dict[str, float] = {}
-        self._updates: set[int] = set()
-        self._seq_k3: list[np.ndarray] = []
+        self._cur: _StepState | None = None  # the step being recorded
         # per-update rows (numpy columns) held until the next publish, then converted to one Arrow table per table:
         # the conversion's cost is mostly per column (~40 columns), so once per publish instead of once per update
         # or step (docs/integrations/overhead.md); the writer buffers until the publish anyway, so nothing is lost
         # that a crash would not have lost before
         self._held: dict[str, list[tuple[dict, int]]] = {}
         self._held_rows = 0
-        # record_update(defer=True): (update, inputs, sample ids) of the current step, computed when it is finalised
-        self._staged: list[tuple[int, UpdateInputs, np.ndarray]] = []
-        self._user: dict[str, float] = {}  # metrics given to record_step for the current step
         # finalised steps' rows, converted to one Arrow table when they are published (a ~100-column row cost more
         # to convert on its own than its step's statistics on small steps); the trainer metric names seen, in order
         self._step_rows: list[dict[str, Any]] = []
         self._step_user: dict[str, None] = {}
-        self._rollout = _RolloutCache()
         if not batch_s >= 0:
             raise ValueError(f"batch_s must be >= 0 seconds, got {batch_s}")
         self.batch_s = float(batch_s)
         self._pending: list[_StepState] = []  # finished steps whose statistics are not computed yet (batch_s)
-        self._rolls: list[RolloutCall] = []  # the current step's rollout calls, computed with its statistics
         self._pending_since = 0.0
         self._steps_since_flush = 0
         self._closed = False
@@ -441,10 +441,8 @@ class Collector:
         """Finalise nothing; publish every buffered row now (deferred updates and pending steps are computed
         first)."""
         self._guard("record_step", self._settle)
-        self._guard("record_update", self._drain_staged)
-        rolls, self._rolls = self._rolls, []
-        if rolls:
-            self._guard("record_rollout", self._rollout_calls, rolls, [self._aggs] * len(rolls))
+        if self._cur is not None:
+            self._guard("record_update", self._compute_step, self._cur)
         if self.writer is not None:
             self._guard("flush", self._release_held)
             self._guard("flush", self._release_steps)
@@ -455,7 +453,7 @@ class Collector:
             return
         self._closed = True
         try:
-            if self._step is not None:
+            if self._cur is not None:
                 self._guard("record_step", self._finalise_step)
             self._guard("record_step", self._settle)
             if self.writer is not None:
@@ -531,10 +529,10 @@ class Collector:
             self._put("steps", rows_table(cached_schema(("steps",) + user, lambda: _steps_schema(user)), rows))
 
     def _enter_step(self, step: int) -> None:
-        if self._step is not None and step != self._step:
+        if self._cur is not None and step != self._cur.step:
             self._finalise_step()
-        if self._step is None:
-            self._step = step
+        if self._cur is None:
+            self._cur = _StepState(step)
 
     def _keys(self, n: int, step, update) -> dict[str, np.ndarray]:
         """Key columns of ``n`` rows; ``step`` and ``update`` are one value or one per row ([n])."""
@@ -544,7 +542,8 @@ class Collector:
 
     def _record_rollout(self, step, sid, per_sample, mask, tok, lpr, texts) -> None:
         self._enter_step(step)
-        self._drain_staged()  # deferred updates see the rollout cache as it was when they were recorded
+        st = self._cur
+        self._compute_staged(st)  # deferred updates see the rollout cache as it was when they were recorded
         B = sid.shape[0]
         lengths = mask.sum(axis=1).astype(np.int64) if mask is not None else np.zeros(B, np.int64)
         if mask is not None:
@@ -554,15 +553,15 @@ class Collector:
             per_sample["response_length"] = lengths.astype(np.int32)
         else:
             flat_tok, flat_lp = np.empty(0, np.int64), np.empty(0, np.float32)
-        self._rollout.add(sid, per_sample, flat_lp, flat_tok, lengths, texts)
+        st.rollout.add(sid, per_sample, flat_lp, flat_tok, lengths, texts)
 
         lengths = lengths if mask is not None else None
         if self.batch_s > 0:  # computed with the step's statistics (with other steps' when it is batched): copies,
             # the arrays may be views of the trainer's buffers, which it can reuse before then
-            self._rolls.append(RolloutCall(step, np.array(sid), {k: np.array(v) for k, v in per_sample.items()},
-                                           lengths))
+            st.rolls.append(RolloutCall(step, np.array(sid), {k: np.array(v) for k, v in per_sample.items()},
+                                        lengths))
         else:
-            self._rollout_calls([RolloutCall(step, sid, per_sample, lengths)], [self._aggs])
+            self._rollout_calls([RolloutCall(step, sid, per_sample, lengths)], [st.aggs])
 
     def _rollout_calls(self, calls: list[RolloutCall], targets: list[dict]) -> None:
         """The aggregates of each rollout call merged into its step's aggregates (``targets``, one per call) and the
@@ -580,23 +579,29 @@ class Collector:
     def _stage(self, step: int, update: int, inp: UpdateInputs, sid: np.ndarray | None) -> None:
         self._enter_step(step)
         sid = self._sample_ids(step, inp, sid)
-        self._staged.append((update, owned(inp), np.array(sid)))
+        self._cur.staged.append((update, owned(inp), np.array(sid)))
 
-    def _drain_staged(self) -> None:
-        """Compute the deferred updates of the current step: one pass per group of updates that gave the same
-        inputs (in practice one per step)."""
-        staged, self._staged = self._staged, []
+    def _compute_step(self, st: "_StepState") -> None:
+        """What a step recorded but did not compute yet: its rollout calls and its deferred updates."""
+        rolls, st.rolls = st.rolls, []
+        if rolls:
+            self._rollout_calls(rolls, [st.aggs] * len(rolls))
+        self._compute_staged(st)
+
+    def _compute_staged(self, st: "_StepState") -> None:
+        """Compute the deferred updates of ``st``: one pass per group of updates that gave the same inputs (in
+        practice one per step)."""
+        staged, st.staged = st.staged, []
         if not staged:
             return
-        if "turn" in self._rollout.cols:  # per-turn samples take their turn ids per update (all rows known or none)
-            batches = [[s] for s in staged]
+        if "turn" in st.rollout.cols:  # per-turn samples take their turn ids per update (all rows known or none)
+            batches = [[u] for u in staged]
         else:
             by_sig: dict[tuple, list] = {}
-            for s in staged:
-                by_sig.setdefault(signature(s[1]), []).append(s)
+            for u in staged:
+                by_sig.setdefault(signature(u[1]), []).append(u)
             batches = list(by_sig.values())
-        for batch in batches:
-            self._record_updates(self._step, batch)
+        self._compute([(st, b) for b in batches])
 
     @staticmethod
     def _sample_ids(step: int, inp: UpdateInputs, sid: np.ndarray | None) -> np.ndarray:
@@ -606,19 +611,51 @@ class Collector:
 
     def _record_update(self, step: int, update: int, inp: UpdateInputs, sid: np.ndarray | None) -> dict:
         self._enter_step(step)
-        self._drain_staged()  # rows keep the order of the calls
-        return self._record_updates(step, [(update, inp, self._sample_ids(step, inp, sid))])
+        self._compute_staged(self._cur)  # rows keep the order of the calls
+        return self._compute([(self._cur, [(update, inp, self._sample_ids(step, inp, sid))])])[0]
 
-    def _record_updates(self, step: int, batch: list[tuple[int, UpdateInputs, np.ndarray]]) -> dict:
-        """Statistics and rows of the updates in ``batch`` (one, or several stacked by collectors/staging.py)."""
-        self._enter_step(step)
-        prep = self._prepare(step, batch, self._rollout)
-        res = compute_update(prep.inp, self.bands)
-        merge_into(self._aggs, res.aggs)
-        self._updates.update(b[0] for b in batch)
-        self._seq_k3.append(res.seq_k3[res.nonempty])
-        self._emit_rows([prep], res)
-        return res.aggs
+    def _compute(self, work: list[tuple["_StepState", list]]) -> list[dict]:
+        """Statistics and rows of updates: (step, its updates) pairs, each pair's updates stacked
+        (collectors/staging.py); pairs with alike inputs (same inputs given, same rollout columns) share one
+        compute_update, split per pair (``segments``, stats._segment_aggs) when it can. Returns each pair's raw
+        aggregates."""
+        preps = [self._prepare(st.step, batch, st.rollout) for st, batch in work]
+        out: list[dict] = [{}] * len(work)
+        groups: dict[tuple, list[int]] = {}
+        for i, pr in enumerate(preps):
+            inp = pr.inp
+            key = (signature(inp), inp.rollout_flat_logp is None, inp.rollout_flat_token_ids is None,
+                   inp.retok_extra is None, tuple(pr.cols), pr.turn is None, pr.texts is None)
+            groups.setdefault(key, []).append(i)
+        for idx in groups.values():
+            inps = [preps[i].inp for i in idx]
+            inp = stack(inps) if len(idx) > 1 else inps[0]
+            if len(idx) > 1:
+                for f in ("rollout_flat_logp", "rollout_flat_token_ids", "retok_extra"):
+                    if getattr(inps[0], f) is not None:
+                        setattr(inp, f, np.concatenate([getattr(x, f) for x in inps]))
+            if len(idx) == 1 or not segmentable(inp.mask, inp.turn_ids):
+                for i in idx:  # one pass per pair
+                    res = compute_update(preps[i].inp, self.bands)
+                    out[i] = self._merge(work[i], res.aggs, res.seq_k3[res.nonempty])
+                    self._emit_rows([preps[i]], res)
+                continue
+            sizes = [x.mask.shape[0] for x in inps]
+            starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+            res = compute_update(inp, self.bands, segments=starts)
+            k3 = res.seq_k3
+            for i, a, lo, n in zip(idx, res.aggs, starts, sizes):
+                out[i] = self._merge(work[i], a, k3[lo:lo + n][res.nonempty[lo:lo + n]])
+            self._emit_rows([preps[i] for i in idx], res)
+        return out
+
+    @staticmethod
+    def _merge(pair: tuple["_StepState", list], aggs: dict, seq_k3: np.ndarray) -> dict:
+        st, batch = pair
+        merge_into(st.aggs, aggs)
+        st.updates.update(u[0] for u in batch)
+        st.seq_k3.append(seq_k3)
+        return aggs
 
     def _prepare(self, step: int, batch: list[tuple[int, UpdateInputs, np.ndarray]],
                  rollout: "_RolloutCache") -> "_Prepared":
@@ -746,18 +783,14 @@ class Collector:
 
     def _record_step(self, step: int, user: dict[str, float]) -> dict[str, float]:
         self._enter_step(step)
-        self._user = user
+        self._cur.user = user
         return self._finalise_step()
 
     def _finalise_step(self) -> dict[str, float]:
-        step = self._step
-        if step is None:
+        st, self._cur = self._cur, None  # a new step starts clean whatever happens below
+        if st is None:
             return {}
-        st = _StepState(step, self._aggs, self._updates, self._seq_k3, self._user, self._staged, self._rollout,
-                        self._rolls)
-        # reset the per-step state before anything can fail
-        self._step, self._aggs, self._updates, self._seq_k3, self._user = None, {}, set(), [], {}
-        self._staged, self._rollout, self._rolls = [], _RolloutCache(), []
+        st.time = _now_us()
         if self._batchable(st):
             if not self._pending:
                 self._pending_since = time.monotonic()
@@ -766,9 +799,7 @@ class Collector:
                 self._settle()
             return {}
         self._settle()  # earlier steps first
-        if st.rolls:
-            self._guard("record_rollout", self._rollout_calls, st.rolls, [st.aggs] * len(st.rolls))
-        self._guard("record_update", self._drain_into, st)
+        self._guard("record_update", self._compute_step, st)
         return self._finish_step(st)
 
     def _batchable(self, st: "_StepState") -> bool:
@@ -780,17 +811,7 @@ class Collector:
         if not isinstance(first.mask, np.ndarray) or first.turn_ids is not None:
             return False
         sig = signature(first)
-        return all(signature(s[1]) == sig for s in st.staged[1:])
-
-    def _drain_into(self, st: "_StepState") -> None:
-        """The per-step path for a step taken out of the current state: compute its staged updates."""
-        self._step, self._aggs, self._updates, self._seq_k3 = st.step, st.aggs, st.updates, st.seq_k3
-        self._staged, self._rollout = st.staged, st.rollout
-        try:
-            self._drain_staged()
-        finally:
-            self._step, self._aggs, self._updates, self._seq_k3 = None, {}, set(), []
-            self._staged, self._rollout = [], _RolloutCache()
+        return all(signature(u[1]) == sig for u in st.staged[1:])
 
     def _settle(self) -> None:
         pend, self._pending = self._pending, []
@@ -801,44 +822,15 @@ class Collector:
             self._finish_step(st)
 
     def _compute_pending(self, pend: list["_StepState"]) -> None:
-        """The statistics and rows of the pending steps: one compute_update over the steps whose stacked inputs
-        are alike (same inputs given, same rollout columns), split per step (stats._segment_aggs)."""
+        """The pending steps' rollout calls in one pass, and their updates (one batch per step, _batchable) in
+        one compute_update where alike."""
         rolls = [(c, st.aggs) for st in pend for c in st.rolls]
         if rolls:
-            self._guard("record_rollout", self._rollout_calls, [c for c, _ in rolls], [a for _, a in rolls])
-        preps = [self._prepare(st.step, st.staged, st.rollout) for st in pend]
-        groups: dict[tuple, list[int]] = {}
-        for i, pr in enumerate(preps):
-            inp = pr.inp
-            key = (signature(inp), inp.rollout_flat_logp is None, inp.rollout_flat_token_ids is None,
-                   inp.retok_extra is None, tuple(pr.cols), pr.turn is None, pr.texts is None)
-            groups.setdefault(key, []).append(i)
-        for idx in groups.values():
-            inps = [preps[i].inp for i in idx]
-            inp = stack(inps)
-            if len(idx) > 1:
-                for f in ("rollout_flat_logp", "rollout_flat_token_ids", "retok_extra"):
-                    if getattr(inps[0], f) is not None:
-                        setattr(inp, f, np.concatenate([getattr(x, f) for x in inps]))
-            if len(idx) == 1 or not segmentable(inp.mask, inp.turn_ids):
-                for i in idx:  # one pass per step
-                    res = compute_update(preps[i].inp, self.bands)
-                    self._merge_step(pend[i], res.aggs, res.seq_k3[res.nonempty])
-                    self._emit_rows([preps[i]], res)
-                continue
-            sizes = [x.mask.shape[0] for x in inps]
-            starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-            res = compute_update(inp, self.bands, segments=starts)
-            k3 = res.seq_k3
-            for i, a, lo, n in zip(idx, res.aggs, starts, sizes):
-                self._merge_step(pend[i], a, k3[lo:lo + n][res.nonempty[lo:lo + n]])
-            self._emit_rows([preps[i] for i in idx], res)
-
-    @staticmethod
-    def _merge_step(st: "_StepState", aggs: Mapping[str, float], seq_k3: np.ndarray) -> None:
-        merge_into(st.aggs, aggs)
-        st.updates.update(s[0] for s in st.staged)
-        st.seq_k3.append(seq_k3)
+            self._rollout_calls([c for c, _ in rolls], [a for _, a in rolls])
+        work = [(st, st.staged) for st in pend]
+        for st in pend:
+            st.rolls, st.staged = [], []
+        self._compute(work)
 
     def _finish_step(self, st: "_StepState") -> dict[str, float]:
         """The step row, the derived metrics, the publish and the monitor of a step whose statistics are in."""
