@@ -818,8 +818,8 @@ class Collector:
         if not pend:
             return
         self._guard("record_update", self._compute_pending, pend)
-        for st in pend:
-            self._finish_step(st)
+        for st in pend:  # each on its own: one step's failure does not drop the steps after it
+            self._guard("record_step", self._finish_step, st)
 
     def _compute_pending(self, pend: list["_StepState"]) -> None:
         """The pending steps' rollout calls in one pass, and their updates (one batch per step, _batchable) in

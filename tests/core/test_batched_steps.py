@@ -159,3 +159,60 @@ def test_a_waiting_step_keeps_what_the_trainer_handed_over(tmp_path):
     assert m["reward_mean"] == 0.75 and m["n_tokens"] == int(upd["response_mask"].sum())
     assert m["logp_mean"] < 0  # the update's own log-probs, not the zeros written afterwards
     col.close()
+
+
+def test_a_failing_batched_pass_keeps_the_steps_and_training_goes_on(tmp_path, monkeypatch):
+    """Our own failure in the batched statistics warns once; the steps' rows (rollout side, trainer metrics) are
+    still written and later steps are recorded as usual."""
+    from arldiag.collectors import collector as collector_mod
+
+    real = collector_mod.compute_update
+
+    def broken(inp, bands, segments=None):
+        if segments is not None:
+            raise RuntimeError("boom")
+        return real(inp, bands, segments)
+
+    monkeypatch.setattr(collector_mod, "compute_update", broken)
+    rng = np.random.default_rng(3)
+    col = arldiag.Collector(tmp_path / "r", batch_s=100.0)
+    with pytest.warns(RuntimeWarning, match="record_update failed \\(RuntimeError: boom\\); training continues"):
+        for s in range(4):
+            col.record_rollout(s, sample_ids=np.arange(4) + 10 * s, group_ids=np.zeros(4, np.int64),
+                               rewards=rng.random(4))
+            col.record_update(s, 0, sample_ids=np.arange(4) + 10 * s, defer=True, **_update(rng, 4, 3))
+            col.record_step(s, {"loss": float(s)})
+        col.settle()  # the batched pass fails here
+    col.record_update(4, 0, **_update(rng, 4, 3))  # an immediate update afterwards is computed as usual
+    col.record_step(4, {"loss": 4.0})
+    col.close()
+    run = arldiag.open_run(tmp_path / "r")
+    got = run.sql("select step, loss, n_groups, n_tokens from steps order by step").fetchall()
+    assert [r[0] for r in got] == [0, 1, 2, 3, 4] and [r[1] for r in got] == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert all(r[2] == 1 for r in got[:4])             # the rollout side was computed before the failure
+    assert all(r[3] is None for r in got[:4]) and got[4][3] > 0  # no token statistics for the failed pass
+
+
+def test_one_waiting_step_failing_to_finish_does_not_drop_the_next(tmp_path, monkeypatch):
+    from arldiag.collectors import collector as collector_mod
+
+    real, calls = collector_mod.derive_step_metrics, []
+
+    def flaky(aggs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("first step")
+        return real(aggs)
+
+    monkeypatch.setattr(collector_mod, "derive_step_metrics", flaky)
+    rng = np.random.default_rng(4)
+    col = arldiag.Collector(tmp_path / "r", batch_s=100.0)
+    with pytest.warns(RuntimeWarning, match="record_step failed \\(RuntimeError: first step\\)"):
+        for s in range(3):
+            col.record_update(s, 0, defer=True, **_update(rng, 4, 3))
+            col.record_step(s, {"loss": float(s)})
+        col.settle()
+    assert col.last_metrics["step"] == 2 and len(calls) == 3
+    col.close()
+    got = arldiag.open_run(tmp_path / "r").sql("select step, n_tokens > 0 from steps order by step").fetchall()
+    assert got == [(0, True), (1, True), (2, True)]
