@@ -389,7 +389,8 @@ class Collector:
 
     def record_step(self, step: int, metrics: Mapping[str, Any] | None = None) -> dict[str, float]:
         """Attach trainer metrics (success_rate, grad_norm, lr, ...) to ``step`` and finalise it: its raw step row
-        is queued for writing and the monitor is evaluated. Returns the step's metrics (derived + user)."""
+        is queued for writing and the monitor is evaluated. Returns the step's metrics (derived + user), or ``{}``
+        when ``batch_s`` lets the step wait for a batched statistics pass (``last_metrics`` has it after ``settle``)."""
         user = {}
         for k, v in (metrics or {}).items():
             try:
