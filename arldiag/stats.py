@@ -14,6 +14,7 @@ are reproduced exactly (token ratio from a log-ratio clamped to +-20).
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -300,8 +301,8 @@ def compute_update(inp: UpdateInputs, bands: Bands, segments: np.ndarray | None 
     """Statistics of one update (see the module doc), on numpy or on the torch tensors' device.
 
     ``segments``: the rows of ``inp`` are several steps stacked, step ``i`` starting at row ``segments[i]`` (numpy
-    input, no turn ids, and a number of finite masked tokens different from the number of rows, see
-    ``segmentable``): ``aggs`` is then one dict per step (_segment_aggs); the rows are the same as per step."""
+    input without turn ids, see ``segmentable``): ``aggs`` is then one dict per step (_segment_aggs, or one pass
+    per step in the rare batch whose finite tokens are as many as its rows); the rows are the same as per step."""
     be = backend_for(inp.logp, inp.mask)
     xp = be.xp
     mask = be.asarray(inp.mask)
@@ -357,10 +358,17 @@ def compute_update(inp: UpdateInputs, bands: Bands, segments: np.ndarray | None 
     if segments is None:
         aggs = {f.name: f.fn(env) for f in formulas}
     else:
-        if inp.turn_ids is not None or be.name != "numpy" or be.size(raw["lp"]) == B:
-            raise ValueError("segments need numpy inputs without turn ids whose token count differs from the rows")
+        if inp.turn_ids is not None or be.name != "numpy":
+            raise ValueError("segments need numpy inputs without turn ids")
         aggs = {}
-        steps = _segment_aggs(env, formulas, np.asarray(segments, np.int64), inp.retok_extra)
+        starts = np.asarray(segments, np.int64)
+        if starts.size == 0 or starts[0] != 0 or np.any(np.diff(starts) <= 0) or starts[-1] >= B:
+            raise ValueError(f"segments must be increasing row starts from 0 below {B}, got {starts.tolist()}")
+        if be.size(raw["lp"]) != B:
+            steps = _segment_aggs(env, formulas, starts, inp.retok_extra)
+        else:  # token arrays as long as row arrays: _RowReductions cannot tell them apart, so one pass per step
+            bounds = np.append(starts, B)
+            steps = [compute_update(_rows_of(inp, lo, hi), bands).aggs for lo, hi in zip(bounds[:-1], bounds[1:])]
     seq = {f.name: f.fn(env) for f in SEQ_COLUMNS.values() if given.issuperset(f.needs)}
     seq["retok_mismatch"] = retok_row
     turn, tok_turn, seq_turn = _turns(env, inp.turn_ids, aggs, seq)
@@ -380,9 +388,20 @@ def compute_update(inp: UpdateInputs, bands: Bands, segments: np.ndarray | None 
 
 
 def segmentable(mask: np.ndarray, turn_ids: Any) -> bool:
-    """Whether steps stacked in ``mask`` [B, T] can share one compute_update (``segments``): numpy, no turn ids,
-    and a masked token count other than B (per-row reductions tell token arrays from row arrays by length)."""
-    return isinstance(mask, np.ndarray) and turn_ids is None and int(np.count_nonzero(mask)) != mask.shape[0]
+    """Whether steps stacked in ``mask`` [B, T] can share one compute_update (``segments``): numpy, no turn ids."""
+    return isinstance(mask, np.ndarray) and turn_ids is None
+
+
+def _rows_of(inp: UpdateInputs, lo: int, hi: int) -> UpdateInputs:
+    """Rows ``lo:hi`` of numpy inputs; the flat rollout arrays (one entry per masked token, row-major) by the masked
+    token counts of the rows before."""
+    n = np.count_nonzero(inp.mask, axis=1)
+    a, b = int(n[:lo].sum()), int(n[:hi].sum())
+    pick = {f.name: getattr(inp, f.name) for f in dataclasses.fields(UpdateInputs)}
+    for k, v in pick.items():
+        if v is not None:
+            pick[k] = v[a:b] if k in ("rollout_flat_logp", "rollout_flat_token_ids") else v[lo:hi]
+    return UpdateInputs(**pick)
 
 
 class _RowReductions:
@@ -452,8 +471,6 @@ def _segment_aggs(e: Env, formulas: list[Formula], starts: np.ndarray, retok_ext
             e.__dict__.pop(k, None)
         e.__dict__.update(saved)
     B = lay.B
-    if starts.size == 0 or starts[0] != 0 or np.any(np.diff(starts) <= 0) or starts[-1] >= B:
-        raise ValueError(f"segments must be increasing row starts from 0 below {B}, got {starts.tolist()}")
     kinds = [rows.extreme.get(id(v), ("sum", None))[0] for v in per_row]
     out = np.empty((len(formulas), starts.size))
     for kind, red in (("sum", np.add), ("max", np.fmax), ("min", np.fmin)):

@@ -73,6 +73,25 @@ def test_segment_aggregates_equal_one_pass_per_step():
         compute_update(st, bands, segments=np.array([0, 0]))
 
 
+def test_segments_with_as_many_finite_tokens_as_rows():
+    """Four rows, five masked tokens, one of them NaN: four finite tokens, as many as rows. Per-row reductions cannot
+    tell token arrays from row arrays then; each step still gets its own pass's aggregates (rollout ids too)."""
+    bands = Bands(0.2, 0.28, 0.2, 0.28, 3.0, 0.223)
+    mask = np.array([[1, 1], [1, 0], [1, 0], [1, 0]], bool)
+    lp = np.array([[-1.0, np.nan], [-2.0, 0], [-0.5, 0], [-1.5, 0]], np.float32)
+    ids = np.array([[3, 4], [5, 0], [6, 0], [7, 0]])
+    adv = np.array([1.0, -1.0, 0.5, -0.5], np.float32)
+    inp = UpdateInputs(lp, lp - 0.3, adv, mask, None, None, None, None, ids)
+    inp.rollout_flat_token_ids = np.array([3, 4, 8, 6, 7])  # per masked token; row 1's differs
+    seg = compute_update(inp, bands, segments=np.array([0, 2]))
+    for k, (lo, hi, a, b) in enumerate(((0, 2, 0, 3), (2, 4, 3, 5))):
+        part = UpdateInputs(lp[lo:hi], (lp - 0.3)[lo:hi], adv[lo:hi], mask[lo:hi], None, None, None, None, ids[lo:hi])
+        part.rollout_flat_token_ids = inp.rollout_flat_token_ids[a:b]
+        assert seg.aggs[k] == compute_update(part, bands).aggs
+    assert seg.aggs[0]["n_tok"] == 2 and seg.aggs[0]["n_nonfinite_tok"] == 1
+    assert seg.aggs[0]["n_tok_retok_mismatch"] == 1 and seg.aggs[1]["n_tok_retok_mismatch"] == 0
+
+
 def _record(root, batch_s, steps=7):
     rng = np.random.default_rng(5)
     col = arldiag.Collector(root, strict=True, token_sample_rate=0.5, batch_s=batch_s, clip=(0.2, 0.28))
