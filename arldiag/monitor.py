@@ -116,6 +116,14 @@ class Monitor:
             "risk": res.risk, "top_value": res.signals[res.top].value if res.top else None}
         if ctx is not None and ctx.known:
             evidence["outcome"] = {"metric": ctx.source, "value": ctx.level, "peak": ctx.peak, "rise": ctx.rise}
+        learned = getattr(self.evaluator, "learned", None)
+        if learned is not None:
+            # the learned score's state follows its logit, not the detectors: name the features that raised it
+            # (level = z against the run's early median, shift = z against the 20 steps before)
+            terms = learned.contributions()
+            evidence["learned"] = [{"feature": f, "z": z, "logit_term": t} for f, z, t in terms]
+            lines.append("learned score from " + (", ".join(f"{f} z {z:+.1f} (+{t:.2f})" for f, z, t in terms)
+                                                   or "no feature above its weight's sign"))
         if LEVELS.index(res.state) > LEVELS.index(res.previous_state):
             msg = f"risk {res.risk:.2f} from: " + ("; ".join(lines) or "no detector")
         else:

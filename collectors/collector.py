@@ -296,6 +296,8 @@ class Collector:
                        response_mask=None, logp_rollout=None, rewards=None, format_valid=None, truncated=None,
                        success=None, trajectory_ids=None, texts: Sequence[str] | None = None) -> None:
         """Record what the rollout produced for ``step``: one entry per sample ([B]) or per token ([B, T])."""
+        if self._after_close("record_rollout", step):
+            return
         sid = as_array(sample_ids, "sample_ids", np.int64)
         if sid.ndim != 1:
             raise ValueError(f"sample_ids must be 1-D [B], got shape {sid.shape}")
@@ -344,6 +346,8 @@ class Collector:
         ``flush``), in one pass over all the step's deferred updates (collectors/staging.py): the same rows and
         aggregates, for a fraction of the per-call cost when a step has many small micro-batches (the verl and TRL
         hooks use it). Returns ``{}`` then."""
+        if self._after_close("record_update", step):
+            return {}
         # accelerator tensors stay on their device: the statistics run there (arldiag/backends.py), no copy to the
         # host; CPU tensors become numpy views (no copy), on which the same statistics cost 2-3x less CPU time than
         # torch's per-op dispatch (benchmarks/integration_overhead.py)
@@ -391,6 +395,8 @@ class Collector:
         """Attach trainer metrics (success_rate, grad_norm, lr, ...) to ``step`` and finalise it: its raw step row
         is queued for writing and the monitor is evaluated. Returns the step's metrics (derived + user), or ``{}``
         when ``batch_s`` lets the step wait for a batched statistics pass (``last_metrics`` has it after ``settle``)."""
+        if self._after_close("record_step", step):
+            return {}
         user = {}
         for k, v in (metrics or {}).items():
             try:
@@ -488,6 +494,17 @@ class Collector:
                 raise
             self._warn_once(where, f"arldiag: {where} failed ({type(exc).__name__}: {exc}); training continues")
             return None
+
+    def _after_close(self, where: str, step) -> bool:
+        """True (after one warning) when the collector is closed: its writer has finished and run.json says
+        "finished", so a late call cannot be recorded; it used to vanish without a word."""
+        if not self._closed:
+            return False
+        msg = f"arldiag: {where}(step={step}) after close() is not recorded (the run {self.root} is finished)"
+        if self.strict:
+            raise RuntimeError(msg)
+        self._warn_once("after_close", msg)
+        return True
 
     def _warn_once(self, key: str, msg: str) -> None:
         if key in self._warned:

@@ -130,7 +130,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--seeds", type=parse_seeds, default=SEEDS,
                    help="seeds, e.g. 0-4 (default) or 5-14: every fifth-block repeats the split, seeds 5k..5k+2 dev "
                         "and 5k+3..5k+4 held out")
-    a = p.parse_args(argv)
+    # intermixed: run names may follow the options (`run --set stress --seeds 5-9 NAME ...`)
+    a = p.parse_intermixed_args(argv)
     table = runs(a.seeds) if a.set == "suite" else stress_runs(a.seeds)
     block = "suite-table" if a.set == "suite" else "stress-table"
     if a.what == "list":

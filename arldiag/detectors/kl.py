@@ -70,7 +70,12 @@ def kl_ref_drift_rule(w, state, p) -> Signal | None:
     if not math.isfinite(cur):
         return None
     grown = cur / max(base, p["floor"]) if math.isfinite(base) else math.nan
-    lv = grade_above(cur, p["abs_levels"]) if grown >= p["min_growth"] else 0
+    ctx = outcome_of(w)
+    # at a high outcome near its peak (a converged run), a high KL is where learning took the policy: only recent
+    # growth (the ratio below) counts, not the level (tiny TRL runs that mastered their task sat at 0.5-1.2 nats
+    # with a steady reward of 0.95-1.0, "warning" on every step by the absolute levels alone)
+    converged = ctx.converged(p["conv_keep"], p["conv_success"])
+    lv = grade_above(cur, p["abs_levels"]) if grown >= p["min_growth"] and not converged else 0
     old = prior_median(x, p["lag"], p["lag"], 3)  # level ``lag`` steps ago
     ratio = math.nan
     if math.isfinite(old):
@@ -81,13 +86,14 @@ def kl_ref_drift_rule(w, state, p) -> Signal | None:
         return None
     note = f"kl_ref_k3 {cur:.3g}" + (f" ({ratio:.1f}x its level {p['lag']} steps earlier" if math.isfinite(ratio)
                                      else " (") + (f", {grown:.1f}x its early level)" if math.isfinite(grown) else ")")
-    ctx = outcome_of(w)
     if ctx.improving(p["improve_keep"], p["improve_rise"]) and lv < 3:
         # moving away from the reference while the outcome improves is what learning looks like
         lv -= p["learning_drop"]
         if lv <= 0:
             return None
         note += f"; weighed down: {ctx.describe()}"
+    elif converged:
+        note += f"; converged ({ctx.describe()}): only the growth counts"
     elif ctx.known:
         note += f"; {ctx.describe()}"
     return Signal(lv, cur, "kl_ref_k3", note)
@@ -99,10 +105,11 @@ KL_REF_DRIFT = Detector(
     inputs=("kl_ref_k3",),
     rule=kl_ref_drift_rule,
     # improve_*/learning_drop: below critical, the level drops by learning_drop while the outcome is within
-    # improve_keep of its peak and rose by improve_rise over the last 20 steps
+    # improve_keep of its peak and rose by improve_rise over the last 20 steps; conv_*: while the outcome is at
+    # least conv_success and within conv_keep of its peak, the absolute levels are off (entropy_collapse's values)
     params=dict(smooth=3, lag=10, floor=0.05, min_value=0.02, ratio_levels=(3.0, 6.0, 15.0),
                 abs_levels=(0.2, 0.5, 1.5), baseline_steps=10, min_growth=2.0, improve_keep=0.9,
-                improve_rise=0.05, learning_drop=2),
+                improve_rise=0.05, learning_drop=2, conv_success=0.7, conv_keep=0.9),
     # floor/min_value: the KL to the reference starts at 0 and grows naturally early in RL; growth counts from
     # 0.05 nats/token on (with 0.01 the sample runs' ordinary first 20 steps, 0.01 -> 0.07, already read as a
     # six-fold runaway: sapo warned at step 16, 14 steps before anything happened)

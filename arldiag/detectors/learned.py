@@ -79,9 +79,18 @@ class LearnedRisk:
         self.w = np.asarray(model["weights"], dtype=np.float64)
         self.b = float(model["bias"])
         self.state = FeatureState()
+        self.last = np.zeros(len(FEATURE_NAMES))  # the features of the latest step (for contributions)
 
     def update(self, w: Window) -> float:
-        return float(sigmoid(self.state.features(w) @ self.w + self.b))
+        self.last = self.state.features(w)
+        return float(sigmoid(self.last @ self.w + self.b))
+
+    def contributions(self, k: int = 3) -> list[tuple[str, float, float]]:
+        """The latest step's k largest positive terms w_i f_i of the logit: (feature, f_i, w_i f_i), largest first.
+        They say what pushed the score up, the learned model's counterpart of the firing detectors."""
+        terms = self.w * self.last
+        order = [int(i) for i in np.argsort(-terms, kind="stable")[:k] if terms[i] > 0]
+        return [(FEATURE_NAMES[i], float(self.last[i]), float(terms[i])) for i in order]
 
 
 def load_model(path: Path = CALIBRATED) -> dict:

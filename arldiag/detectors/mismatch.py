@@ -67,7 +67,11 @@ RETOK_DRIFT = Detector(
     inputs=("retok_mismatch_frac", "mismatch_log_abs_max"),
     columns=("mismatch_k3",),
     rule=retok_drift_rule,
-    params=dict(smooth=3, frac_levels=(0.001, 0.01, 0.05), bulk_k3_max=0.01, isolated_levels=(8.0, 12.0, 1e9)),
+    # frac_levels: token-in-token-out makes the mismatch exactly 0, so a lasting 0.1 % of differing ids (one token
+    # in a thousand trained on ids the sampler never produced) is already a pipeline fault worth a warning; the
+    # planted retokenization of the calculator run differs on 0.14-0.85 % of its tokens, which was only "watch"
+    # with the earlier warning level of 1 %
+    params=dict(smooth=3, frac_levels=(2e-4, 1e-3, 0.05), bulk_k3_max=0.01, isolated_levels=(8.0, 12.0, 1e9)),
     explanation="The trainer optimises token ids the rollout engine never sampled (decode -> re-tokenize gives "
                 "different ids), visible as id mismatches and isolated tokens with a huge |lp_roll - lp_old|, "
                 "often at turn boundaries (AT2PO).",

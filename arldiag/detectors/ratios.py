@@ -10,7 +10,7 @@ import math
 
 from arldiag.detectors.base import Detector, Signal
 from arldiag.detectors.window import (early_baseline, first_available, grade_above, growth_gated_level, slope,
-                                      tail_mean)
+                                      tail_mean, tail_median)
 
 
 def _nalis_level(w, state, p, col: str):
@@ -76,7 +76,11 @@ def clip_pressure_rule(w, state, p) -> Signal | None:
     if col is None:
         return None
     x = w.series(col)
-    cur = tail_mean(x, p["smooth"])
+    # pressure is a level that lasts: the median of the last ``smooth`` steps (for 3: what two of them reach). A
+    # mean would stretch one step with many tokens outside the band over three steps; one step is ppo_kl_spike's
+    # business (on tiny TRL runs at lr 5e-2 that mastered their task, such single steps every 15-25 steps held
+    # clip_pressure at warning for 3 steps each: docs/detectors.md "Outcome context")
+    cur = tail_median(x, p["smooth"])
     base = early_baseline(state, col, x[-1], p["baseline_steps"])
     if not (math.isfinite(cur) and math.isfinite(base)):
         return None

@@ -69,6 +69,15 @@ def tail_mean(x: np.ndarray, k: int) -> float:
     return float(t.mean()) if t.size else math.nan
 
 
+def tail_median(x: np.ndarray, k: int) -> float:
+    """Median of the finite values among the last k entries (NaN if none). For k = 3 it is the value that at least
+    two of the last three steps reach: a level that lasts, where ``tail_mean`` would stretch a one-step spike over
+    k steps."""
+    t = x[-k:]
+    t = t[np.isfinite(t)]
+    return float(np.median(t)) if t.size else math.nan
+
+
 def prior_median(x: np.ndarray, skip: int, n: int, min_count: int) -> float:
     """Median of the finite values among the n entries before the last ``skip`` ones: a rolling baseline that
     excludes the current step(s), so a spike is compared against what came before it."""

@@ -135,6 +135,27 @@ def test_strict_mode_raises_write_errors(tmp_path, monkeypatch):
         col.flush()
 
 
+def test_calls_after_close_warn_once_and_leave_the_run_as_it_was(tmp_path):
+    col = arldiag.Collector(tmp_path / "r")
+    col.record_update(0, **_batch())
+    col.record_step(0, {"success_rate": 0.5})
+    col.close()
+    before = {p.name: p.stat().st_size for p in (tmp_path / "r").rglob("*") if p.is_file()}
+    with pytest.warns(RuntimeWarning, match=r"record_update\(step=1\) after close\(\) is not recorded") as rec:
+        assert col.record_update(1, **_batch()) == {}
+        col.record_rollout(1, sample_ids=[0, 1, 2, 3], rewards=[1.0, 0.0, 1.0, 0.0])
+        assert col.record_step(1, {"success_rate": 0.7}) == {}
+    assert len([w for w in rec if "after close()" in str(w.message)]) == 1  # once, not per call
+    after = {p.name: p.stat().st_size for p in (tmp_path / "r").rglob("*") if p.is_file()}
+    assert after == before
+    run = arldiag.open_run(tmp_path / "r")
+    assert [r[0] for r in run.sql("select step from steps").fetchall()] == [0]
+    strict = arldiag.Collector(tmp_path / "s", strict=True)
+    strict.close()
+    with pytest.raises(RuntimeError, match=r"record_step\(step=0\) after close\(\)"):
+        strict.record_step(0)
+
+
 def test_monitor_errors_do_not_kill_training(tmp_path):
     class Broken:
         def bind(self, col):

@@ -41,7 +41,7 @@ def test_settings_of_reads_config_and_algorithm():
 
 def test_state_change_names_signals_values_and_fitting_advice():
     got = []
-    mon = Monitor(["kl_ref_drift", "grad_norm_spike"], sinks=[got.append], config=FULL)
+    mon = Monitor(["kl_ref_drift", "grad_norm_spike"], sinks=[got.append], config=FULL, risk_model="rules")
     rows = FIRING["kl_ref_drift"](healthy())
     for r in rows:
         r["grad_norm"] = 10.0 if 77 <= r["step"] < 90 else 1.0  # kl_ref_drift fires from step 77
@@ -60,6 +60,28 @@ def test_state_change_names_signals_values_and_fitting_advice():
     # kl_ref_drift leads (warning or higher): its advice fits the config (the run has a KL loss already)
     assert "Raise the KL coefficient (kl_coef 0.01)" in a.message and "Add a k3 KL loss" not in a.message
     assert a.evidence["recommendation"] in a.message
+
+
+def test_learned_state_change_names_the_features_that_raised_it():
+    """With the learned risk model the state follows the logit: the explanation lists the largest positive terms
+    w_i f_i of the latest step (recomputed here from the model's weights and features)."""
+    import numpy as np
+
+    from arldiag.detectors.learned import FEATURE_NAMES
+
+    mon = Monitor(["kl_ref_drift"], sinks=[], config=FULL, risk_model="learned")
+    res = [mon.on_step(r["step"], r) for r in FIRING["kl_ref_drift"](healthy())]
+    lr = mon.evaluator.learned
+    terms = lr.w * lr.last
+    top = [FEATURE_NAMES[i] for i in np.argsort(-terms)[:3] if terms[i] > 0]
+    msg, ev = mon.explain(res[-1])
+    assert [x["feature"] for x in ev["learned"]] == top and top
+    assert ev["learned"][0]["logit_term"] == pytest.approx(float(terms.max()))
+    assert f"learned score from {top[0]} z " in msg
+    # hand-made weights: only the positive terms, largest first
+    lr.w, lr.last = np.zeros(len(FEATURE_NAMES)), np.zeros(len(FEATURE_NAMES))
+    lr.w[[0, 1, 2]], lr.last[[0, 1, 2]] = (1.0, 2.0, -1.0), (3.0, 2.0, 5.0)
+    assert lr.contributions() == [(FEATURE_NAMES[0], 3.0, 3.0), (FEATURE_NAMES[1], 2.0, 4.0)][::-1]
 
 
 def test_report_recommendations_fit_the_config():

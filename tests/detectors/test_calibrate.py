@@ -122,6 +122,9 @@ def test_fit_learned_is_deterministic_and_thresholded_on_dev():
     assert m1 == m2 and s1 == s2
     assert m1["threshold"] in calibrate.THRESHOLDS and (m1["positives"], m1["negatives"]) == (31, 125)
     assert m1["l2"] in calibrate.L2_GRID
+    # leave-one-run-out: the fold without the only collapse has no positive to learn from, so out of sample the
+    # model alarms at no collapse (what choose_default's eligibility reads), while in sample it does
+    assert m1["cv_alarmed_share"] == 0.0 and s1["alarmed_share"] == 1.0
     assert m1["weights"][0] == max(m1["weights"])
     # the shipped weights are the full-dev refit with the chosen L2 (the fold models only choose it)
     X, y = calibrate.training_set([r for r in runs if not r["faults"]])
@@ -161,6 +164,24 @@ def test_calibrated_model_default(tmp_path):
     assert calibrate.choose_default(rules, quiet, {"alarmed_share": 0.0}) == "rules"
     assert calibrate.choose_default(rules, quiet, {"alarmed_share": 0.5}) == "learned"
     assert calibrate.choose_default(rules, alarming, {"alarmed_share": 0.0}) == "learned"
+    # nor one that misses the constructed collapse the rules warn ahead of; when both miss it (or both catch it),
+    # the held-out J decides
+    assert calibrate.choose_default(rules, alarming, None, {"rules": True, "learned": False}) == "rules"
+    assert calibrate.choose_default(rules, alarming, None, {"rules": True, "learned": True}) == "learned"
+    assert calibrate.choose_default(rules, alarming, None, {"rules": False, "learned": False}) == "learned"
+
+
+def test_synthetic_check_replays_the_constructed_collapse(tmp_path):
+    """The shipped rules warn >= 10 steps ahead of `arldiag synth --collapse-at 70`; a learned model whose score
+    is a constant below its threshold never warns."""
+    from arldiag.detectors.risk import calibrated_risk
+
+    wv = np.zeros(len(FEATURE_NAMES))
+    got = calibrate.synthetic_check(calibrated_risk(), wv, -5.0, tmp=tmp_path)
+    assert got == {"rules": True, "learned": False}
+    assert (tmp_path / "synthetic_collapse" / "run.json").exists()
+    # a score pinned above the critical threshold alarms from the first steps: "warned ahead" as well
+    assert calibrate.synthetic_check(calibrated_risk(), wv, 5.0, tmp=tmp_path / "hi")["learned"] is True
 
 
 def test_replay_states_equal_the_evaluator(synth_runs):
@@ -172,5 +193,24 @@ def test_replay_states_equal_the_evaluator(synth_runs):
     name = run.names[0]
     r = calibrate.replay(run, name)
     for rc in (RiskConfig(), calibrate.risk_config(1, 0.75, 5, demote=("kl_ref_drift", "entropy_collapse"))):
-        re = evaluate_run(run, name, risk=rc)
+        re = evaluate_run(run, name, risk=rc, risk_model="rules")  # the shipped default may be the learned one
         assert [st for _, _, st, _ in re.timeline] == calibrate.rule_states([r], rc)[0]
+
+
+def test_demotion_may_trade_one_collapse_alarm_for_many_stable_runs():
+    """J decides alone: 'noisy' warns on four of five stable runs and is the only alarm of one of two collapses.
+    Demoting it loses that alarm (R0 1 -> 0.5: -0.5) and clears the four runs (F 0.8 -> 0: +0.8, H falls too):
+    J rises, so it is demoted, which a "never lose a collapse's alarm" rule would have refused."""
+    def levels(n, spans):
+        return [{d: 2 for d, (a, b) in spans if a <= s <= b} for s in range(n)]
+
+    def run(name, spans, collapse):
+        return {"name": name, "split": "dev", "steps": list(range(60)), "levels": levels(60, spans),
+                "tops": [None] * 60, "collapse": collapse, "dips": [], "faults": {}, "X": np.zeros((60, 2))}
+
+    runs = [run(f"s{i}", [("noisy", (20 + i, 24 + i))], None) for i in range(4)] + [run("s4", [], None)]
+    runs += [run("c1", [("noisy", (40, 59))], 45), run("c2", [("good", (30, 59))], 45)]
+    chosen, s = calibrate.fit_rules(runs)
+    assert chosen["demote"] == ["noisy"]
+    assert s["stable_runs_with_warning"] == 0 and s["alarmed_share"] == 0.5 and s["recall_at_10"] == 0.5
+    assert s["objective"] == pytest.approx(0.5 + 0.5)  # J = R10 + R0 - F - 5H

@@ -120,3 +120,46 @@ def test_zero_std_groups_reward_on_another_scale_is_no_outcome():
     scaled = _rows(120, zero_std_group_frac=zs, reward_mean=lambda t: 10 * min(1.0, 0.5 + 0.006 * t))
     f, _ = _run("zero_std_groups", scaled)
     assert f.status == "fired"
+
+
+def test_clip_pressure_single_step_spikes_are_not_pressure():
+    """A mastered run whose off-policy update pushes many tokens out of the band on one step every 15 steps (tiny
+    TRL runs at lr 5e-2) has no clip pressure; the same value held on two steps of three has."""
+    e = _noise(3, 0.002)
+    spikes = _rows(120, tok_oob_frac=lambda t: (0.5 if t % 15 == 14 else 0.01 + abs(e())), success_rate=lambda t: 0.95)
+    f, _ = _run("clip_pressure", spikes)
+    assert f.status == "quiet", f.evidence
+    # two of every three steps at the spike level from step 60 on: a lasting rise
+    lasting = _rows(120, tok_oob_frac=lambda t: (0.5 if t >= 60 and t % 3 else 0.01 + abs(e())),
+                    success_rate=lambda t: 0.95)
+    f, res = _run("clip_pressure", lasting)
+    assert f.status == "fired" and f.severity == "critical"
+    first = next(r.step for r in res if "clip_pressure" in r.signals)
+    assert first == 62  # the median of steps 60..62 is the first to reach 0.5 (step 60 is t % 3 == 0: 0.01)
+
+
+def test_retok_drift_warns_on_one_id_in_a_thousand():
+    """Token-in-token-out keeps the id mismatch at exactly 0: a lasting 0.3 % (the planted retokenization of the
+    calculator sample run differs on 0.14-0.85 % of its tokens) is a warning, 0 is nothing."""
+    f, _ = _run("retok_drift", _rows(40, retok_mismatch_frac=lambda t: 0.003))
+    assert f.status == "fired" and f.severity == "warning"
+    f, _ = _run("retok_drift", _rows(40, retok_mismatch_frac=lambda t: 0.0))
+    assert f.status == "quiet"
+
+
+def test_kl_ref_high_and_steady_at_convergence_is_where_learning_went():
+    """KL to the reference rose with success (learning), then stays at 0.8 nats while success holds at 0.95: the
+    level alone no longer warns; a seven-fold jump of it still does. The same course with success back at 0.3 is
+    a drift."""
+    e = _noise(4, 0.02)
+    kl = lambda t: min(0.8, 0.05 + 0.02 * t) + e()  # noqa: E731  0.05 -> 0.8 by step 38, then steady
+    success = lambda t: min(0.95, 0.1 + 0.025 * t)  # noqa: E731  0.95 from step 34 on
+    _, res = _run("kl_ref_drift", _rows(150, kl_ref_k3=kl, success_rate=success))
+    assert all(r.signals.get("kl_ref_drift") is None or r.signals["kl_ref_drift"].level < 2 for r in res[60:])
+    jump = _rows(150, kl_ref_k3=lambda t: kl(t) * (7.0 if t >= 120 else 1.0), success_rate=success)
+    _, res = _run("kl_ref_drift", jump)
+    fired = [r.signals["kl_ref_drift"] for r in res[120:] if "kl_ref_drift" in r.signals]
+    assert fired and max(s.level for s in fired) >= 2 and "only the growth counts" in fired[0].note
+    failing = _rows(150, kl_ref_k3=kl, success_rate=lambda t: success(t) if t < 60 else 0.3)
+    f, _ = _run("kl_ref_drift", failing)
+    assert f.status == "fired" and f.severity in ("warning", "critical")

@@ -7,13 +7,16 @@ import pytest
 from arldiag.detectors.label import collapse_step_of, series_collapse_index, trailing_mean
 from arldiag.detectors.risk import AlertState, RiskConfig, combine_risk, risk_series
 from arldiag.detectors.window import (Window, early_baseline, grade_above, grade_below, prior_median, running_max,
-                                      slope, tail_mean)
+                                      slope, tail_mean, tail_median)
 
 
 def test_helpers_against_numpy():
     x = np.array([1.0, np.nan, 3.0, 5.0, 4.0, 10.0])
     assert tail_mean(x, 3) == pytest.approx((5 + 4 + 10) / 3)
     assert tail_mean(x, 5) == pytest.approx((3 + 5 + 4 + 10) / 4)
+    # the median of the last 3 is what two of them reach: one spike (10) does not lift it
+    assert tail_median(x, 3) == 5.0 and tail_median(x, 5) == pytest.approx(np.median([3, 5, 4, 10]))
+    assert math.isnan(tail_median(np.array([np.nan, np.nan]), 3))
     # prior median excludes the last value: median of [3, 5, 4] over the 4 entries before it (NaN dropped)
     assert prior_median(x, 1, 4, 3) == 4.0
     assert math.isnan(prior_median(x, 1, 4, 4))

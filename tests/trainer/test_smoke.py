@@ -85,6 +85,22 @@ def test_monitor_knob_attaches_the_online_monitor(mode, stop_on, tmp_path):
         col.close()
 
 
+def test_auto_stabilize_monitor_runs_on_the_rule_based_state(tmp_path):
+    """The closed loop acts on the rule-based state whatever risk model calibrated.json ships (its policies pick
+    actions by detector); a plain --monitor alert gets the shipped default."""
+    from arldiag.detectors.risk import calibrated_model
+    from arldiag.trainer.loop import open_collector
+
+    for name, extra, model in (("s", dict(auto_stabilize="default"), "rules"),
+                               ("a", dict(monitor="alert", auto_stabilize="off"), calibrated_model())):
+        col = open_collector(make_config("cispo", env="toy", out=str(tmp_path / name), init="scratch",
+                                         **extra, **TINY))
+        try:
+            assert col.monitor.evaluator.risk_model == model
+        finally:
+            col.close()
+
+
 def test_training_with_the_monitor_on(tmp_path, toy_factory):
     cfg = make_config("cispo", env="toy", out=str(tmp_path / "m"), init="scratch", monitor="stop", **TINY)
     result = train(cfg, env_factory=toy_factory, log=lambda s: None)

@@ -81,3 +81,15 @@ def test_stress_pairs_put_each_seed_beside_its_stabilised_twin() -> None:
     assert cells[1:] == ["0.45 / 0.09 / 180", "0.84 / 0.67 / none", "+0.58", "20: nalis_mask"]
     groups = [ln.split("|")[1].strip() for ln in summarize.tables(rows).splitlines() if ln.startswith("| cispo")]
     assert groups == ["cispo", "cispo + auto-stabilize default"]
+
+
+def test_run_names_may_follow_the_options(monkeypatch, tmp_path) -> None:
+    """`suite.py run --set stress --seeds 25-29 NAME ...` (names after the options) trains exactly those runs, with
+    the seeds' split; run_one is replaced by a recorder, so nothing is trained."""
+    seen = []
+    monkeypatch.setattr(suite, "run_one", lambda name, args, out: seen.append((name, args)) or (name, 0, 0.0))
+    assert suite.main(["run", "--set", "stress", "--seeds", "25-29", "--out", str(tmp_path),
+                       "cispo_lr25_s28", "cispo_lr25_s25"]) == 0
+    assert [n for n, _ in seen] == ["cispo_lr25_s28", "cispo_lr25_s25"]
+    assert [_config(a).resolved_split() for _, a in seen] == ["heldout", "dev"]
+    assert suite.main(["run", "--seeds", "25-29", "cispo_lr25_s30"]) == 2  # not among these seeds: a clear refusal
