@@ -346,6 +346,9 @@ def load_runs(run, stand_in, cache: Path | None) -> tuple[list[dict], bool]:
         runs = pickle.loads(cache.read_bytes())
         if sorted(r["name"] for r in runs) != sorted(split):
             runs = None
+        else:  # the order of the runs given (a cache written from another order must not reorder the output)
+            order = {name: i for i, name in enumerate(split)}
+            runs.sort(key=lambda r: order[r["name"]])
     if runs is None:
         runs = []
         for name in split:
