@@ -123,7 +123,7 @@ class Monitor:
             terms = learned.contributions()
             evidence["learned"] = [{"feature": f, "z": z, "logit_term": t} for f, z, t in terms]
             lines.append("learned score from " + (", ".join(f"{f} z {z:+.1f} (+{t:.2f})" for f, z, t in terms)
-                                                   or "no feature above its weight's sign"))
+                                                   or "no feature raised it"))
         if LEVELS.index(res.state) > LEVELS.index(res.previous_state):
             msg = f"risk {res.risk:.2f} from: " + ("; ".join(lines) or "no detector")
         else:

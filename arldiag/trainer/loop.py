@@ -105,12 +105,12 @@ def open_collector(cfg: TrainConfig, logp_old_source: str = "recompute") -> Any:
         "note": ("tolerant loss: ratios are diagnosed against the reference GRPO band, not the loss's own bounds"
                  if cfg.algo in TOLERANT_ALGOS else "the loss's own clip bounds")}
     monitor = None
-    if cfg.monitor != "off" or stabilize_policy(cfg):  # the same detectors as `arldiag detect`, per step
-        # the closed loop acts on the rule-based state: its policies choose an action by the leading detector, and
-        # the stress set's stabilised twins (sample_runs/README.md) were measured with it; the shipped alert
-        # default may be the learned score (calibrated.json), which seldom reaches critical
+    stabilize = stabilize_policy(cfg)
+    if cfg.monitor != "off" or stabilize:  # the same detectors as `arldiag detect`, per step
+        # the closed loop acts on the rule-based state whatever risk model calibrated.json ships: its policies
+        # choose an action by the leading detector, and the stress set's stabilised twins were measured with it
         monitor = arldiag.Monitor(sinks=("console", "store"), stop_on="critical" if cfg.monitor == "stop" else None,
-                                  risk_model="rules" if stabilize_policy(cfg) else None)
+                                  risk_model="rules" if stabilize else None)
     return arldiag.Collector(cfg.out, config=config, clip=token_clip, seq_clip=seq_clip,
                              name=cfg.name or cfg.out.rstrip("/").split("/")[-1], algorithm=cfg.algo,
                              token_sample_rate=cfg.token_sample_rate, neg_adv_delta=cfg.nalis_delta,
