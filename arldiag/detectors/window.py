@@ -62,10 +62,14 @@ class Window:
 
 
 # ------------------------------------------------------------------------------------------------ pure helpers
+def _finite_tail(x: np.ndarray, k: int) -> np.ndarray:
+    t = x[-k:]
+    return t[np.isfinite(t)]
+
+
 def tail_mean(x: np.ndarray, k: int) -> float:
     """Mean of the finite values among the last k entries (NaN if none): the smoothing every level rule uses."""
-    t = x[-k:]
-    t = t[np.isfinite(t)]
+    t = _finite_tail(x, k)
     return float(t.mean()) if t.size else math.nan
 
 
@@ -73,8 +77,7 @@ def tail_median(x: np.ndarray, k: int) -> float:
     """Median of the finite values among the last k entries (NaN if none). For k = 3 it is the value that at least
     two of the last three steps reach: a level that lasts, where ``tail_mean`` would stretch a one-step spike over
     k steps."""
-    t = x[-k:]
-    t = t[np.isfinite(t)]
+    t = _finite_tail(x, k)
     return float(np.median(t)) if t.size else math.nan
 
 
