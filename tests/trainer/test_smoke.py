@@ -85,14 +85,16 @@ def test_monitor_knob_attaches_the_online_monitor(mode, stop_on, tmp_path):
         col.close()
 
 
-def test_auto_stabilize_monitor_runs_on_the_rule_based_state(tmp_path):
+def test_auto_stabilize_monitor_runs_on_the_rule_based_state(tmp_path, monkeypatch):
     """The closed loop acts on the rule-based state whatever risk model calibrated.json ships (its policies pick
-    actions by detector); a plain --monitor alert gets the shipped default."""
-    from arldiag.detectors.risk import calibrated_model
+    actions by detector); a plain --monitor alert gets the shipped default. The shipped default is made "learned"
+    here, so that the two cases differ."""
+    import arldiag.detectors.engine as engine
     from arldiag.trainer.loop import open_collector
 
+    monkeypatch.setattr(engine, "calibrated_model", lambda: "learned")
     for name, extra, model in (("s", dict(auto_stabilize="default"), "rules"),
-                               ("a", dict(monitor="alert", auto_stabilize="off"), calibrated_model())):
+                               ("a", dict(monitor="alert", auto_stabilize="off"), "learned")):
         col = open_collector(make_config("cispo", env="toy", out=str(tmp_path / name), init="scratch",
                                          **extra, **TINY))
         try:
