@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 PRE = 30          # positives: the PRE steps up to the collapse step
 L2 = 1.0
 L2_GRID = (0.1, 1.0, 10.0, 100.0)  # chosen by leave-one-run-out on dev (fit_learned)
-GRID = dict(enter_steps=(1, 2, 3, 4), warning=(0.5, 0.6, 0.75), exit_steps=(3, 5, 8), critical_steps=(1, 2))
+GRID = dict(enter_steps=(1, 2, 3, 4), warning=(0.5, 0.6, 0.75), exit_steps=(3, 5, 8, 12, 20), critical_steps=(1, 2))
 GREEDY_FROM = 3   # grid points the demotion search starts from
 DEMOTE_COST = 0.02  # J a demotion must buy (about a third of one stable run of the 17 on dev): fewer, surer changes
 THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99)
@@ -396,6 +396,7 @@ def calibrate(runs, used_stand_in: bool = False, stand_in=(), apply: bool = Fals
     cv = {"alarmed_share": model["cv_alarmed_share"]}
     synthetic = synthetic_check(rc, wv, bias)
     out["synthetic_collapse_warned_10_ahead"] = synthetic
+    out["synthetic_collapse_at"] = SYNTH_COLLAPSE_AT
     out["default_model"] = (choose_default(out["heldout"]["rules"], out["heldout"]["learned"], cv, synthetic)
                             if held else "rules")
     out["_rows"] = rows

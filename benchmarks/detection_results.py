@@ -120,12 +120,15 @@ def _recall_note(s: dict, where: str) -> str:
 
 
 def regenerate(source: str) -> str:
-    """The command that regenerates these figures; SUITE and STRESS (placeholders for the folders the suite
+    """The command that regenerates these figures; SUITE, STRESS and LAG (placeholders for the folders the suite
     script wrote) are explained."""
     text = f"`python benchmarks/calibrate.py {source} --write`"
-    if "SUITE/" in source or "STRESS/" in source:
-        text += (" (SUITE and STRESS: the folders that `sample_runs/suite.py all --out SUITE` and `suite.py run "
-                 "--set stress --seeds 0-49 --out STRESS` wrote; the stress set's runs without auto-stabilize)")
+    made = {"SUITE": "`sample_runs/suite.py all --out SUITE`",
+            "STRESS": "`suite.py run --set stress --seeds 0-49 --out STRESS` (the runs without auto-stabilize)",
+            "LAG": "`suite.py all --set lag --seeds 0-39 --out LAG` (the runs without the mask)"}
+    used = [name for name in made if f"{name}/" in source]
+    if used:
+        text += (f" ({', '.join(used)}: the folders that " + ", ".join(made[n] for n in used) + " wrote)")
     return text
 
 
@@ -137,7 +140,8 @@ def _choice_note(out: dict, h: dict) -> list[str]:
     j = {m: h[m]["objective"] for m in ("rules", "learned")}
     said = lambda ok: "warned >= 10 steps ahead" if ok else "not warned ahead"  # noqa: E731
     return [f"Choice: held-out J {j['rules']:.3f} (rules) against {j['learned']:.3f} (learned); the constructed "
-            f"collapse of `arldiag synth --collapse-at 70` (calibrate.synthetic_check): rules {said(syn['rules'])}, "
+            f"collapse of `arldiag synth --collapse-at {out['synthetic_collapse_at']}` "
+            f"(calibrate.synthetic_check): rules {said(syn['rules'])}, "
             f"learned {said(syn['learned'])}. A model that does not warn ahead of it while the other does is not "
             f"eligible (calibrate.choose_default).", ""]
 

@@ -5,8 +5,12 @@ on dev runs only, weights in calibrated.json), selectable with ``Evaluator(risk_
 Features per metric m of FEATURE_METRICS, from the bounded window and O(1) state (so the Monitor's per-step cost
 stays flat): ``level`` = (mean of the last 5 values - early median) / (early MAD + eps), the early median/MAD taken
 over the first 10 finite values (frozen), and ``shift`` = (mean of the last 5 - median of the 20 before) / (MAD of
-those 20 + eps); both clipped to [-10, 10], 0 where the metric is missing. risk = sigmoid(w . f + b), with b shifted
-so that the fitted alarm threshold maps to 0.5 (the warning threshold of the alert state).
+those 20 + eps); both clipped to [-10, 10], 0 where the metric is missing. For the metrics of PEAK_METRICS a third,
+``peak`` = log10(max of the last PEAK values / max(early median, PEAK_FLOOR)), clipped the same way: the memory of
+a recent excursion. Runs trained on stale rollouts (the lag set, sample_runs/README.md) nearly break several times
+(KL to the reference 5-40 nats for a step or two, then back) before they break for good; level and shift forget
+such an excursion within 5 steps, peak holds it for PEAK. risk = sigmoid(w . f + b), with b shifted so that the
+fitted alarm threshold maps to 0.5 (the warning threshold of the alert state).
 """
 from __future__ import annotations
 
@@ -21,9 +25,12 @@ from arldiag.detectors.window import Window
 FEATURE_METRICS = ("kl_ref_k3", "ppo_kl_k3", "entropy", "format_valid_frac", "success_rate", "grad_norm",
                    "tok_oob_frac", "neg_adv_low_is_frac", "zero_std_group_frac", "response_length_mean",
                    "kl_top1pct_share")
-FEATURE_NAMES = tuple(f"{m}:{k}" for m in FEATURE_METRICS for k in ("level", "shift"))
+PEAK_METRICS = ("kl_ref_k3", "ppo_kl_k3", "grad_norm")
+FEATURE_NAMES = (tuple(f"{m}:{k}" for m in FEATURE_METRICS for k in ("level", "shift"))
+                 + tuple(f"{m}:peak" for m in PEAK_METRICS))
 CALIBRATED = Path(__file__).with_name("calibrated.json")
 SMOOTH, EARLY, PRIOR, CLIP = 5, 10, 20, 10.0
+PEAK, PEAK_FLOOR = 30, 1e-3  # peak: steps remembered (< the Evaluator's 32-step window); floor of its early median
 
 
 def _mad(x: np.ndarray) -> float:
@@ -63,6 +70,13 @@ class FeatureState:
             if prior.size >= 5:
                 med = float(np.median(prior))
                 out[2 * i + 1] = (cur - med) / (_mad(prior) + 1e-3 * abs(med) + 1e-9)
+        for j, m in enumerate(PEAK_METRICS, start=2 * len(FEATURE_METRICS)):
+            if m not in self.base:
+                continue
+            recent = w.series(m)[-PEAK:]
+            recent = recent[np.isfinite(recent)]
+            if recent.size:
+                out[j] = math.log10(max(float(recent.max()), 1e-12) / max(self.base[m][0], PEAK_FLOOR))
         return np.clip(out, -CLIP, CLIP)
 
 

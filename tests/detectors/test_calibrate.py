@@ -47,6 +47,31 @@ def test_calibrated_defaults_apply_only_when_marked(tmp_path):
     assert calibrated_risk(tmp_path / "missing.json") == RiskConfig()
 
 
+def test_learned_peak_feature_remembers_an_excursion_for_30_steps():
+    """peak = log10(max of the last 30 values / early median), from numpy on the same series; level and shift have
+    forgotten the excursion 10 steps later, peak has not, and 31 steps later it has."""
+    from arldiag.detectors.learned import FEATURE_METRICS, PEAK_METRICS, FeatureState
+    from arldiag.detectors.window import Window
+
+    rng = np.random.default_rng(3)
+    kl = 0.02 + 0.002 * rng.random(80)
+    kl[40] = 20.0  # one step's excursion
+    w, fs = Window(FEATURE_METRICS, 32), FeatureState()
+    peak_i = FEATURE_NAMES.index("kl_ref_k3:peak")
+    level_i, shift_i = FEATURE_NAMES.index("kl_ref_k3:level"), FEATURE_NAMES.index("kl_ref_k3:shift")
+    got = {}
+    for t, v in enumerate(kl):
+        w.push(t, {"kl_ref_k3": float(v)})
+        got[t] = fs.features(w)
+    early_median = np.median(kl[:10])
+    for t in (9, 30, 45, 55, 70, 71):
+        want = np.log10(kl[max(0, t - 29):t + 1].max() / early_median)
+        assert got[t][peak_i] == pytest.approx(np.clip(want, -10, 10)), t
+    assert got[55][peak_i] > 2.5 and abs(got[55][level_i]) < 10 and abs(got[55][shift_i]) < 10
+    assert got[71][peak_i] < 0.5  # 31 steps after: forgotten
+    assert len(FEATURE_NAMES) == 2 * len(FEATURE_METRICS) + len(PEAK_METRICS)
+
+
 def test_learned_risk_batch_equals_online(synth_runs):
     import arldiag
     from arldiag.detectors import evaluate_run

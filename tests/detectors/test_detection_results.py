@@ -57,3 +57,11 @@ def test_docs_and_readme_have_the_markers():
     for f, tag in (("docs/detectors.md", "detection-results"), ("README.md", "detection-headline")):
         text = (root / f).read_text()
         assert dr.begin(tag) in text and dr.end(tag) in text
+
+
+def test_regenerate_explains_exactly_the_placeholders_it_uses():
+    only_suite = dr.regenerate("'SUITE/*_s[0-9]'")
+    assert "`sample_runs/suite.py all --out SUITE`" in only_suite and "STRESS" not in only_suite
+    both = dr.regenerate("'SUITE/*_s[0-9]' 'LAG/cispo_lag1_s[0-9]'")
+    assert both.index("SUITE") < both.index("--set lag") and "--set stress" not in both
+    assert dr.regenerate("runs/x") == "`python benchmarks/calibrate.py runs/x --write`"

@@ -25,11 +25,13 @@ def _config(args: list[str]):
     return config_from_args(parser.parse_args(args[2:]))
 
 
-@pytest.mark.parametrize("name,args", list(suite.runs().items()) + list(suite.stress_runs().items()))
+@pytest.mark.parametrize("name,args", list(suite.runs().items()) + list(suite.stress_runs().items())
+                         + list(suite.stress_runs(which="lag").items()))
 def test_every_command_resolves_to_the_shared_setting(name, args) -> None:
-    setting = suite.STRESS if name in suite.stress_runs() else suite.SETTING
+    setting = (suite.STRESS if name in suite.stress_runs() else suite.LAG if name in suite.stress_runs(which="lag")
+               else suite.SETTING)
     base = name.rsplit("_s", 1)[0]
-    extra = {**suite.ALGORITHM_RUNS, **suite.STRESS_RUNS, **suite.EXTRA_RUNS}.get(base, (None, {}))[1]
+    extra = {**suite.ALGORITHM_RUNS, **suite.STRESS_RUNS, **suite.LAG_RUNS, **suite.EXTRA_RUNS}.get(base, (None, {}))[1]
     cfg = _config(args)
     assert cfg.name == name and cfg.out == f"sample_runs/{name}"
     if name in suite.EXTRA_RUNS:
@@ -52,6 +54,14 @@ def test_runs_differ_only_in_algorithm_seed_and_their_extras() -> None:
         base = name.rsplit("_s", 1)[0]
         seen.setdefault(base, set()).add(tuple(opts))
     assert all(len(v) == 1 for v in seen.values())  # the same options for every seed
+
+
+def test_the_lag_set_differs_from_the_suite_setting_only_in_lr_and_rollout_lag() -> None:
+    cfg = _config(suite.stress_runs((7,), which="lag")["cispo_lag1_s7"])
+    base = _config(suite.runs((7,))["cispo_s7"])
+    differ = {k for k in vars(cfg) if getattr(cfg, k) != getattr(base, k)}
+    assert differ == {"lr", "rollout_lag", "name", "out"}, differ
+    assert (cfg.lr, cfg.rollout_lag, cfg.resolved_split()) == (1.75e-4, 1, "dev")  # seed 7: 7 % 5 = 2, dev
 
 
 def _row(algo, start, peak, collapse, mask=False, final=0.3, gain150=0.0, name=None, actions=(), auto=None):
