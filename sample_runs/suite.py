@@ -62,9 +62,10 @@ STRESS_RUNS: dict[str, tuple[str, dict]] = {
 
 
 # The lag set: CISPO at lr 1.75e-4 trained on rollouts one policy update old (`--rollout-lag 1`, the asynchronous
-# trainers' staleness), so the importance ratios drift from 1 step by step instead of breaking at once: the ARLArena
-# mechanism with a build-up (pilot seed 100 at lr 2e-4: eval success 0.44 at step 140, KL to the reference 0.5 -> 4.3
-# and the low-IS share 0.007 -> 0.04 over steps 136-146, format broken at 156). At lr 2e-4 two of three pilot seeds
+# trainers' staleness; the IS ratio is taken against the recomputed policy, so the staleness goes uncorrected): the
+# collapse comes after near-breaks instead of at once (pilot seed 100 at lr 2e-4: eval success 0.44 at step 140, KL
+# to the reference 0.5 -> 4.3 and the share of turns below the clip band 0.007 -> 0.04 over steps 136-146, format
+# broken at 156). At lr 2e-4 two of three pilot seeds
 # broke within 40 steps and at 1.5e-4 neither of two broke in 200, so the set sits between.
 LAG = dict(SETTING, lr=1.75e-4, rollout_lag=1)
 LAG_RUNS: dict[str, tuple[str, dict]] = {
