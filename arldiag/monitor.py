@@ -119,7 +119,8 @@ class Monitor:
         learned = getattr(self.evaluator, "learned", None)
         if learned is not None:
             # the learned score's state follows its logit, not the detectors: name the features that raised it
-            # (level = z against the run's early median, shift = z against the 20 steps before)
+            # (level = z against the run's early median, shift = z against the 20 steps before, peak = log10 of the
+            # last 30 steps' largest value over the early median: detectors/learned.py)
             terms = learned.contributions()
             evidence["learned"] = [{"feature": f, "z": z, "logit_term": t} for f, z, t in terms]
             lines.append("learned score from " + (", ".join(f"{f} z {z:+.1f} (+{t:.2f})" for f, z, t in terms)
