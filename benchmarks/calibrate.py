@@ -10,8 +10,9 @@ stand-in. Fitting reads dev runs only (``fit_*`` refuse a held-out run) and leav
 (their warnings are wanted); the held-out runs are replayed once, after the fit, with the chosen settings.
 
 Objective on a set of runs (the issue's targets, as one number): J = R10 + R0 - F - 5 H, with R10 the share of
-collapses warned >= 10 steps ahead, R0 the share alarmed at or before the collapse step, F the share of
-non-collapsing runs with a false-alarm episode, H the share of healthy steps in warning (the 1 % budget costs 0.05).
+collapses warned >= 10 steps ahead, R0 the share alarmed at or before the collapse step, F the share of stable runs
+(neither a collapse nor a decline) with a false-alarm episode, H the share of healthy steps in warning (the 1 %
+budget costs 0.05).
 
 1. Rule-based state: the detectors are replayed once per dev run (their per-step levels kept). Every RiskConfig of
    the grid enter_steps x warning threshold x exit_steps x critical_steps is scored; from the best GREEDY_FROM of
@@ -70,7 +71,7 @@ def objective(s: dict) -> float:
 def replay(run, name: str) -> dict:
     """One pass over a run: per-step detector levels, learned features, the label and the steps frame."""
     from arldiag.commands.eval_detect import injected_faults
-    from arldiag.detectors import Evaluator, events_of
+    from arldiag.detectors import Evaluator, decline_of, events_of
     from arldiag.detectors.batch import steps_frame
     from arldiag.detectors.learned import FEATURE_METRICS, FeatureState
     from arldiag.detectors.risk import RiskConfig
@@ -90,6 +91,7 @@ def replay(run, name: str) -> dict:
         feats.append(fs.features(fw))
     c, dips = events_of(frame)
     return {"name": name, "steps": steps, "levels": levels, "X": np.asarray(feats), "collapse": c, "dips": dips,
+            "decline": decline_of(frame),
             "tops": tops, "faults": injected_faults(run, name), "frame": frame}
 
 
@@ -104,7 +106,8 @@ def score_rows(runs, states_per_run) -> list[dict]:
 
     cfg = ScoreConfig()
     return [dict(score_run(r["steps"], st, r["collapse"], r["dips"], dict(zip(r["steps"], r["tops"])),
-                           tuple(r["faults"]), cfg), run=r["name"]) for r, st in zip(runs, states_per_run)]
+                           tuple(r["faults"]), cfg, decline=r.get("decline")), run=r["name"])
+            for r, st in zip(runs, states_per_run)]
 
 
 def summarize_rows(rows) -> dict:
@@ -192,7 +195,8 @@ def training_set(runs):
     for r in runs:
         for i, s in enumerate(r["steps"]):
             c = r["collapse"]
-            in_dip = any(a - w <= s <= b for a, b in r["dips"])
+            in_dip = any(a - w <= s <= b for a, b in r["dips"]) or (
+                c is None and r.get("decline") is not None and s >= r["decline"] - w)  # a decline: neither class
             if c is not None and c - PRE <= s <= c:
                 X.append(r["X"][i]), y.append(1.0)
             elif not in_dip and (c is None or s < c - w) and not r["faults"]:
@@ -274,7 +278,7 @@ def fit_learned(runs) -> tuple[dict, dict]:
 
 FIG_KEYS = ("recall_at_10", "recall_at_20", "alarmed_share", "median_lead", "false_alarms_per_100_healthy_steps",
             "healthy_warning_share", "nab_score", "collapsing", "early_collapses", "stable", "fault", "runs",
-            "false_alarm_episodes", "stable_runs_with_warning", "objective")
+            "false_alarm_episodes", "stable_runs_with_warning", "declines", "declines_warned", "objective")
 
 
 def _fig(s: dict) -> dict:

@@ -13,14 +13,16 @@ FIGURES = (("recall_at_10", "recall@10 (warned >= 10 steps ahead)", "rate"),
            ("false_alarm_episodes", "false-alarm episodes", "int"),
            ("false_alarms_per_100_healthy_steps", "false-alarm episodes / 100 healthy steps", "num"),
            ("healthy_warning_share", "healthy steps in warning", "pct"),
-           ("stable_runs_with_warning", "non-collapsing runs with a false alarm", "of_stable"),
+           ("stable_runs_with_warning", "stable runs with a false alarm", "of_stable"),
+           ("declines_warned", "declining runs warned near their decline (not scored)", "of_declines"),
            ("nab_score", "NAB score", "num1"))
 
 
 def fmt(v, kind: str, s: dict | None = None) -> str:
     """One table cell. ``rate``: a share of collapses written as caught/collapses (the count matters with few)."""
-    if kind == "of_stable":
-        return "-" if v is None else f"{v} of {(s or {}).get('stable', '?')}"
+    if kind in ("of_stable", "of_declines"):
+        n = (s or {}).get("stable" if kind == "of_stable" else "declines", "?")
+        return "-" if v is None else f"{v} of {n}"
     if v is None:
         return "-" if kind != "rate" else "n/a (no collapse)"
     if kind == "rate":
@@ -40,8 +42,9 @@ def figures_table(columns: list[tuple[str, dict]]) -> str:
     lines = ["| figure | " + " | ".join(h for h, _ in columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for key, label, kind in FIGURES:
         lines.append(f"| {label} | " + " | ".join(fmt(s.get(key), kind, s) for _, s in columns) + " |")
-    lines.append("| runs (collapsing / early / stable / fault) | " + " | ".join(
-        f"{s['runs']} ({s['collapsing']} / {s['early_collapses']} / {s['stable']} / {s.get('fault', 0)})"
+    lines.append("| runs (collapsing / early / stable / declining / fault) | " + " | ".join(
+        f"{s['runs']} ({s['collapsing']} / {s['early_collapses']} / {s['stable']} / {s.get('declines', 0)} / "
+        f"{s.get('fault', 0)})"
         for _, s in columns) + " |")
     return "\n".join(lines)
 
@@ -58,7 +61,9 @@ def per_run_table(rows: list[dict]) -> str:
         f"{t}: lead | {t}: false alarms (steps) | {t}: steps in warning" for t in tools) + " |"
     lines = [hdr, "|---" * (5 + 3 * len(tools)) + "|"]
     for r in rows:
-        cells = [r["run"], r["split"], r["kind"], "-" if r["collapse"] is None else str(r["collapse"]),
+        dec = next((t["decline_step"] for t in r["tools"].values() if t.get("decline_step") is not None), None)
+        cells = [r["run"], r["split"], r["kind"],
+                 str(r["collapse"]) if r["collapse"] is not None else ("-" if dec is None else f"{dec}d"),
                  _eps(r["dips"])]
         for t in tools:
             s = r["tools"][t]
@@ -103,7 +108,9 @@ def targets(s: dict) -> list[str]:
         f"- collapses warned >= 10 steps ahead >= 80 %: {fmt(r10, 'rate', s)} -> {_met(None if r10 is None else r10 >= 0.8)}",
         f"- median lead >= 20 steps: {'-' if ml is None else ml} -> {_met(None if ml is None else ml >= 20)}",
         f"- no warning episode on a run that does not collapse: {s['stable_runs_with_warning']} of {s['stable']} "
-        f"stable runs have one -> {_met(s['stable_runs_with_warning'] == 0) if n_stable else 'n/a'}",
+        f"stable runs have one"
+        + (f" ({s['declines']} declining run(s) not counted)" if s.get("declines") else "")
+        + f" -> {_met(s['stable_runs_with_warning'] == 0) if n_stable else 'n/a'}",
         f"- at most 1 % of healthy steps in warning: {fmt(s['healthy_warning_share'], 'pct')} -> "
         f"{_met(None if s['healthy_warning_share'] is None else s['healthy_warning_share'] <= 0.01)}",
     ]
@@ -125,7 +132,9 @@ def regenerate(source: str) -> str:
     text = f"`python benchmarks/calibrate.py {source} --write`"
     made = {"SUITE": "`sample_runs/suite.py all --out SUITE`",
             "STRESS": "`suite.py run --set stress --seeds 0-49 --out STRESS` (the runs without auto-stabilize)",
-            "LAG": "`suite.py all --set lag --seeds 0-39 --out LAG` (the runs without the mask)"}
+            "LAG": "`suite.py all --set lag --seeds 0-39 --out LAG` (the plain CISPO runs) and `suite.py run --set lag "
+                   "--seeds 43,44,48,49,53,54,58,59,63,64,68,69,73,74,78,79 --out LAG cispo_lag1_s43 ...` (held-out "
+                   "seeds trained later, one per name)"}
     used = [name for name in made if f"{name}/" in source]
     if used:
         text += (f" ({', '.join(used)}: the folders that " + ", ".join(made[n] for n in used) + " wrote)")

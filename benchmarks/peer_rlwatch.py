@@ -71,7 +71,7 @@ def rlwatch_timeline(frame, hold: int = 10) -> list[tuple[int, float, str, str |
 
 def compare(run, split: str | None = None, hold: int = 10, names=None) -> dict:
     from arldiag.commands.eval_detect import evaluate, injected_faults, score_evaluation, select_split
-    from arldiag.detectors import events_of
+    from arldiag.detectors import decline_of, events_of
     from arldiag.detectors.batch import steps_frame
     from arldiag.detectors.scoring import ScoreConfig, summarize
 
@@ -83,7 +83,7 @@ def compare(run, split: str | None = None, hold: int = 10, names=None) -> dict:
         frame = steps_frame(run, name)
         c, dips = events_of(frame)
         rows.append(score_evaluation(name, rlwatch_timeline(frame, hold), c, dips, injected_faults(run, name), {},
-                                     cfg))
+                                     cfg, decline_of(frame)))
     return {"split": split, "hold": hold, "arldiag": ours["summary"], "rlwatch": summarize(rows, cfg),
             "runs": {"arldiag": ours["runs"], "rlwatch": rows}}
 
@@ -129,7 +129,9 @@ def main(argv=None) -> int:
     for name in [r["run"] for r in res["runs"]["arldiag"]]:
         a = next(r for r in res["runs"]["arldiag"] if r["run"] == name)
         b = next(r for r in res["runs"]["rlwatch"] if r["run"] == name)
-        print(f"{name:<26} {a['kind']:<8} collapse {str(a['collapse_step']):>5}  arldiag lead {str(a['lead_time']):>5} "
+        event = (str(a["collapse_step"]) if a["collapse_step"] is not None
+                 else "-" if a["decline_step"] is None else f"{a['decline_step']}d")
+        print(f"{name:<26} {a['kind']:<8} event {event:>5}  arldiag lead {str(a['lead_time']):>5} "
               f"false {a['false_alarms']}  |  rlwatch lead {str(b['lead_time']):>5} false {b['false_alarms']}")
     return 0
 

@@ -71,6 +71,7 @@ LAG = dict(SETTING, lr=1.75e-4, rollout_lag=1)
 LAG_RUNS: dict[str, tuple[str, dict]] = {
     "cispo_lag1": ("cispo", {}),
     "cispo_nalis_lag1": ("cispo", {"nalis_mask": True, "nalis_delta": 3e-3}),  # the suite's mask, same staleness
+    "sampo_lag1": ("sampo", {}),  # SAMPO under the same staleness (does it stay stable where CISPO broke?)
 }
 
 # --set NAME -> (setting, runs, the README table block)

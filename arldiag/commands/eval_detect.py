@@ -61,12 +61,13 @@ def select_split(run, split: str | None) -> list[str]:
     return [n for n in run.names if split_of(run, n) == split]
 
 
-def score_evaluation(name: str, timeline, collapse, dips, faults: dict, tracks, cfg: ScoreConfig) -> dict:
+def score_evaluation(name: str, timeline, collapse, dips, faults: dict, tracks, cfg: ScoreConfig,
+                     decline: int | None = None) -> dict:
     """Score one run's alert timeline [(step, risk, state, top)] (the batch Evaluator's or any other tool's)."""
     steps = [s for s, *_ in timeline]
     states = [st for _, _, st, _ in timeline]
     tops = {s: top for s, _, _, top in timeline}
-    r = score_run(steps, states, collapse, dips, tops, tuple(faults), cfg)
+    r = score_run(steps, states, collapse, dips, tops, tuple(faults), cfg, decline=decline)
     lead_ep = r["lead_episode"]
     first = lead_ep[0] if lead_ep else None
     expected_fired = None
@@ -96,7 +97,7 @@ def score_evaluation(name: str, timeline, collapse, dips, faults: dict, tracks, 
 def evaluate(run, min_lead: int = 10, alarm_gap: int = 20, precursors: int = 0, split: str | None = None,
              window: int = 40, risk: str | None = None, names=None) -> dict:
     """Score the runs (``names``: a subset of run.names, else those of ``split``, else all)."""
-    from arldiag.detectors import evaluate_run, events_of
+    from arldiag.detectors import decline_of, evaluate_run, events_of
     from arldiag.detectors.precursors import precursor_scan
     from arldiag.detectors.risk import calibrated_model
 
@@ -106,7 +107,8 @@ def evaluate(run, min_lead: int = 10, alarm_gap: int = 20, precursors: int = 0, 
     for name in (list(names) if names is not None else select_split(run, split)):
         re = evaluate_run(run, name, risk_model=risk)
         c, dips = events_of(re.frame)
-        r = score_evaluation(name, re.timeline, c, dips, injected_faults(run, name), re.evaluator.tracks, cfg)
+        r = score_evaluation(name, re.timeline, c, dips, injected_faults(run, name), re.evaluator.tracks, cfg,
+                             decline_of(re.frame))
         r["split"] = split_of(run, name)
         rows.append(r)
         if precursors and c is not None:
@@ -115,6 +117,7 @@ def evaluate(run, min_lead: int = 10, alarm_gap: int = 20, precursors: int = 0, 
     summary.update({
         "collapsing_warned_in_time": sum(r["pass"] for r in rows if r["kind"] == "collapse"),
         "stable_without_warning": sum(r["pass"] for r in rows if r["kind"] == "stable"),
+        "declines_without_false_alarm": sum(r["pass"] for r in rows if r["kind"] == "decline"),
         "faults_flagged": sum(r["pass"] for r in rows if r["kind"] == "fault"),
         "false_alarms": summary["false_alarm_episodes"], "min_lead": min_lead, "alarm_gap": alarm_gap,
         "window": window, "split": split, "risk": risk, "all_pass": all(r["pass"] for r in rows),
@@ -151,7 +154,8 @@ def main(args) -> int:
     f = lambda v: "-" if v is None else str(v)  # noqa: E731
     for r in res["runs"]:
         dips = ",".join(f"{a}-{b}" for a, b in r["dips"]) or "-"
-        c = f(r["collapse_step"]) + ("*" if r["early_collapse"] else "")
+        c = (f(r["collapse_step"]) + ("*" if r["early_collapse"] else "") if r["decline_step"] is None
+             else f"{r['decline_step']}d")
         print(f"{r['run'][:26]:<26} {r['kind']:<8} {c:>8} {dips[:10]:<10} {f(r['first_warning_step']):>8} "
               f"{f(r['lead_time']):>5} {r['false_alarms']:>5} {100 * r['warning_share']:>5.0f}  "
               f"{f(r['first_warning_detector']):<18} {'yes' if r['pass'] else 'NO'}")
@@ -160,6 +164,10 @@ def main(args) -> int:
     print(f"collapsing runs caught >= {s['min_lead']} steps ahead: {s['collapsing_warned_in_time']}/{s['collapsing']} "
           f"(* early collapse: alarm at or before it); stable runs without warning: {s['stable_without_warning']}/"
           f"{s['stable']}; runs with planted faults flagged: {s['faults_flagged']}/{s['fault']}")
+    if s["declines"]:
+        print(f"declining runs (never learned, then fell; d: the step, not scored as collapses): {s['declines']}, "
+              f"{s['declines_warned']} warned inside the {s['window']} steps before their decline or after, "
+              f"{s['declines'] - s['declines_without_false_alarm']} with a false alarm before that")
     for r in res["runs"]:
         if r.get("precursors") is not None:
             lo, hi = r["collapse_step"] - 2 * s["min_lead"], r["collapse_step"] - s["min_lead"]

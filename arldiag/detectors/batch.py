@@ -13,7 +13,7 @@ from typing import Any
 from arldiag.detectors.advice import settings_of, with_actions
 from arldiag.detectors.base import Detector
 from arldiag.detectors.engine import Evaluator
-from arldiag.detectors.label import EVAL_COLUMN, FORMAT_COLUMNS, SUCCESS_COLUMNS, run_events
+from arldiag.detectors.label import EVAL_COLUMN, FORMAT_COLUMNS, SUCCESS_COLUMNS, run_decline, run_events
 from arldiag.detectors.risk import RiskConfig
 from arldiag.findings import Finding
 
@@ -148,14 +148,25 @@ def _run_findings(run, name: str, re: RunEvaluation, evidence: bool) -> list[Fin
     return out
 
 
+def _outcomes(frame) -> dict:
+    """The outcome series the label reads, as float arrays."""
+    return {c: frame[c].astype("float64").to_numpy()
+            for c in SUCCESS_COLUMNS + FORMAT_COLUMNS + (EVAL_COLUMN,) if c in frame.columns}
+
+
 def events_of(frame, **rule: Any) -> tuple[int | None, list[tuple[int, int]]]:
     """(collapse step, recovered dips) of one run's steps frame under the documented label (detectors.label);
     keyword args override the rule."""
     if not len(frame):
         return None, []
-    cols = {c: frame[c].astype("float64").to_numpy()
-            for c in SUCCESS_COLUMNS + FORMAT_COLUMNS + (EVAL_COLUMN,) if c in frame.columns}
-    return run_events(frame["step"].tolist(), cols, **rule)
+    return run_events(frame["step"].tolist(), _outcomes(frame), **rule)
+
+
+def decline_of(frame, **rule: Any) -> int | None:
+    """The step at which a run that did not collapse declined (detectors.label.run_decline), or None."""
+    if not len(frame):
+        return None
+    return run_decline(frame["step"].tolist(), _outcomes(frame), **rule)
 
 
 def label_of(frame, **rule: Any) -> int | None:

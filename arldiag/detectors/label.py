@@ -9,6 +9,10 @@ immediately preceding steps whose raw value y_s is already below frac * P_s. The
 over its series; None when no series collapses (a stable run). A below-stretch of at least ``min_tail`` steps that
 ends before the run does is a recovered *dip*: an event of its own kind for the scoring (detectors.scoring).
 When the run logs ``eval_success`` (greedy evaluation every few steps), it replaces the batch success series.
+
+A run that never reached min_peak can still die: a *decline* (``run_decline``) is the collapse rule with min_peak
+lowered to DECLINE_FLOOR, on a run without a collapse. It is an event of its own kind too (nothing learned was lost,
+but the run is failing): the scoring counts a warning before it neither as a false alarm nor as a caught collapse.
 """
 from __future__ import annotations
 
@@ -148,3 +152,21 @@ def collapse_step_of(steps: Sequence[int], columns: Mapping[str, Sequence[float]
                      frac: float = 0.5, min_peak: float = 0.2, min_tail: int = 5) -> int | None:
     """The run's collapse step (``run_events``), None for a run that does not collapse."""
     return run_events(steps, columns, window, frac, min_peak, min_tail)[0]
+
+
+# Half of min_peak: a decline needs an outcome mean of at least 0.1 that then stays under half of it to the end.
+# Fixed before it was tried; on the 73 dev runs of 2026-12-01 it marks exactly the six runs whose eval success went
+# from 0.12-0.23 (never above 0.27) to 0.00-0.06 (stress seeds 0, 10, 35; lag seeds 5, 6, 10); 0.05 marks the same
+# six, 0.15 four of them.
+DECLINE_FLOOR = 0.1
+
+
+def run_decline(steps: Sequence[int], columns: Mapping[str, Sequence[float]], window: int = 10, frac: float = 0.5,
+                min_peak: float = 0.2, min_tail: int = 5, floor: float = DECLINE_FLOOR) -> int | None:
+    """The step at which a run without a collapse *declined* (the collapse rule of ``run_events`` with min_peak
+    lowered to ``floor``), None when it collapsed or did not decline."""
+    if not 0 < floor < min_peak:
+        raise ValueError(f"floor must be in (0, min_peak={min_peak}), got {floor}")
+    if run_events(steps, columns, window, frac, min_peak, min_tail)[0] is not None:
+        return None
+    return run_events(steps, columns, window, frac, floor, min_tail)[0]

@@ -5,7 +5,8 @@ Pure functions over plain lists (standard library only), so the same scoring ser
 the learned risk score and a peer tool (benchmarks/peer_rlwatch.py) on the same runs.
 
 Events of a run: at most one *collapse* (the label's step c, an outcome fall that lasts to the end of the run) and
-any number of recovered *dips* (an outcome fall as deep that recovers). A warning episode is a stretch of steps in
+any number of recovered *dips* (an outcome fall as deep that recovers); a run without a collapse may instead have
+*declined* (below). A warning episode is a stretch of steps in
 state warning or critical.
 
 * lead: c - start of the episode that is active at c (started at or before c and not cleared before c). A warning
@@ -17,6 +18,10 @@ state warning or critical.
 * collapse window [c - window, c + after]: onsets inside it are scored by the NAB-style profile below; steps from
   c - window on are not healthy steps. Healthy steps in warning: those in any episode but the lead episode. An episode that cleared within ``alarm_gap`` steps before c - window is
   build-up (not false), earlier ones are false alarms.
+* decline window [d - window, end of run] of a run that did not collapse but *declined* at step d (never reached
+  the label's min_peak, then fell under half of its own best to the end: detectors.label.run_decline): an episode
+  that starts inside it is a *decline warning*, neither a false alarm nor a caught collapse; its steps are not
+  healthy steps. Such a run is of kind "decline", not "stable".
 * false alarm: any other episode (on a fault run: one whose leading detector is not planted).
 
 NAB-style score (Lavin & Ahmad 2015, standard profile A_TP = 1, A_FP = 0.11, A_FN = 1): the first onset inside a
@@ -76,16 +81,19 @@ def nab_sigma(y: float) -> float:
 
 def score_run(steps: Sequence[int], states: Sequence[str], collapse: int | None,
               dips: Sequence[tuple[int, int]] = (), tops: Mapping[int, str | None] | None = None,
-              faults: Sequence[str] = (), cfg: ScoreConfig = ScoreConfig()) -> dict:
-    """Score one run's alert-state series (see the module doc). ``tops``: step -> leading detector (fault runs)."""
+              faults: Sequence[str] = (), cfg: ScoreConfig = ScoreConfig(), decline: int | None = None) -> dict:
+    """Score one run's alert-state series (see the module doc). ``tops``: step -> leading detector (fault runs);
+    ``decline``: the step at which the run declined (ignored when it collapsed)."""
     steps = list(steps)
     eps = episodes(steps, states)
     c = collapse
+    dec = decline if c is None else None
     dip_windows = [(d0 - cfg.window, d1) for d0, d1 in dips]
     in_dip = lambda s: any(a <= s <= b for a, b in dip_windows)  # noqa: E731
-    kind = "collapse" if c is not None else ("fault" if faults else "stable")
+    in_decline = lambda s: dec is not None and s >= dec - cfg.window  # noqa: E731
+    kind = "collapse" if c is not None else ("fault" if faults else ("decline" if dec is not None else "stable"))
     early = c is not None and c < (steps[0] if steps else 0) + cfg.warmup + cfg.min_lead
-    false_eps, dip_eps, build_up, lead_ep, planted = [], [], [], None, []
+    false_eps, dip_eps, decline_eps, build_up, lead_ep, planted = [], [], [], [], None, []
     for a, b in eps:
         if c is not None and a <= c and (b is None or b > c):
             lead_ep = (a, b)
@@ -95,13 +103,15 @@ def score_run(steps: Sequence[int], states: Sequence[str], collapse: int | None,
             build_up.append((a, b))
         elif in_dip(a):
             dip_eps.append((a, b))
+        elif in_decline(a):
+            decline_eps.append((a, b))
         elif faults and tops is not None and tops.get(a) in faults:
             planted.append((a, b))
         else:
             false_eps.append((a, b))
     lead = (c - lead_ep[0]) if lead_ep is not None else None
     # healthy steps: outside every event window
-    healthy = [s for s in steps if not in_dip(s) and (c is None or s < c - cfg.window)]
+    healthy = [s for s in steps if not in_dip(s) and not in_decline(s) and (c is None or s < c - cfg.window)]
     hset = set(healthy)
     last = steps[-1] + 1 if steps else 0  # steps missing from the series are not counted (hset)
     # the episode that leads into the collapse is a true alarm, however early it started; a planted fault's
@@ -124,7 +134,8 @@ def score_run(steps: Sequence[int], states: Sequence[str], collapse: int | None,
             "episodes": [[a, b] for a, b in eps], "lead_time": lead,
             "lead_episode": list(lead_ep) if lead_ep else None,
             "false_alarms": len(false_eps), "false_alarm_episodes": [[a, b] for a, b in false_eps],
-            "dip_warnings": len(dip_eps), "build_up_episodes": len(build_up), "planted_episodes": len(planted),
+            "dip_warnings": len(dip_eps), "decline_step": dec, "decline_warnings": len(decline_eps),
+            "build_up_episodes": len(build_up), "planted_episodes": len(planted),
             "steps": len(steps), "warning_share": warn_all / len(steps) if steps else 0.0,
             "healthy_steps": len(healthy), "healthy_steps_in_warning": warn_healthy,
             f"caught_at_{cfg.min_lead}": caught[cfg.min_lead],
@@ -144,7 +155,8 @@ def summarize(rows: Sequence[dict], cfg: ScoreConfig = ScoreConfig()) -> dict:
     return {
         "runs": len(rows), "collapsing": len(coll), "early_collapses": sum(r["early_collapse"] for r in coll),
         "stable": sum(r["kind"] == "stable" for r in rows), "fault": sum(r["kind"] == "fault" for r in rows),
-        "dips": sum(len(r["dips"]) for r in rows),
+        "dips": sum(len(r["dips"]) for r in rows), "declines": sum(r["kind"] == "decline" for r in rows),
+        "declines_warned": sum(1 for r in rows if r["kind"] == "decline" and r.get("decline_warnings")),
         f"recall_at_{t1}": (sum(r[f"caught_at_{t1}"] for r in coll) / len(coll)) if coll else None,
         f"recall_at_{t2}": (sum(r[f"caught_at_{t2}"] for r in coll) / len(coll)) if coll else None,
         "early_caught": sum(r[f"caught_at_{t1}"] for r in coll if r["early_collapse"]),

@@ -157,6 +157,22 @@ def test_fit_learned_is_deterministic_and_thresholded_on_dev():
     assert np.allclose(m1["weights"], w)
 
 
+def test_a_declining_run_is_neither_class_near_its_decline():
+    """Run 'a' declined at step 50 (window 40): its steps from 10 on are neither negatives nor positives, and
+    its warnings there (the 'noisy' episode 20-24) are not false alarms, so J no longer charges them."""
+    runs = _synthetic_runs()
+    X, y = calibrate.training_set(runs)
+    runs[0]["decline"] = 50
+    X2, y2 = calibrate.training_set(runs)
+    assert (len(y) - len(y2), y.sum() - y2.sum()) == (50, 0)  # steps 10..59 of 'a' left out, positives kept
+    rc = calibrate.risk_config(1, 0.5, 3)
+    before = calibrate.score_states(_synthetic_runs(), calibrate.rule_states(runs, rc))
+    after = calibrate.score_states(runs, calibrate.rule_states(runs, rc))
+    assert (before["stable"], before["stable_runs_with_warning"]) == (2, 2)
+    assert (after["stable"], after["stable_runs_with_warning"], after["declines"], after["declines_warned"]) == (
+        1, 1, 1, 1)
+
+
 def test_demoted_detector_counts_one_level_lower():
     from arldiag.detectors.risk import combine_risk, detector_levels, risk_series
 

@@ -1,6 +1,7 @@
 """CLI: detect (JSON, --fail-on exit codes), eval-detect (label and lead time), watch (resumable)."""
 import json
 import shutil
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -100,8 +101,8 @@ def test_watch_bounded_by_max_seconds(synth_runs, tmp_path, capsys):
     assert capsys.readouterr().err == "arldiag watch: error: --interval must be > 0, got 0.0\n"
 
 
-def _fake_eval(monkeypatch, states, collapse, levels=None, tops=None, dips=()):
-    """Patch the two batch functions evaluate() uses: a given alert-state series and collapse label."""
+def _fake_eval(monkeypatch, states, collapse, levels=None, tops=None, dips=(), decline=None):
+    """Patch the three batch functions evaluate() uses: a given alert-state series and label."""
     from types import SimpleNamespace
 
     import arldiag.detectors as det
@@ -113,6 +114,7 @@ def _fake_eval(monkeypatch, states, collapse, levels=None, tops=None, dips=()):
                            evaluator=SimpleNamespace(tracks=tracks), frame=None)
     monkeypatch.setattr(det, "evaluate_run", lambda run, name, risk_model=None: fake)
     monkeypatch.setattr(det, "events_of", lambda frame: (collapse, list(dips)))
+    monkeypatch.setattr(det, "decline_of", lambda frame: decline)
 
 
 class _FakeRun:  # evaluate() needs only the names and the manifests; the batch functions are patched
@@ -155,6 +157,28 @@ def test_eval_episodes_and_lead(monkeypatch):
     _fake_eval(monkeypatch, states[:12], None, dips=[(9, 10)])
     r = eval_detect.evaluate(_FakeRun(), window=2)["runs"][0]
     assert (r["false_alarms"], r["dip_warnings"]) == (2, 1)
+    # a run that declined at 9 (window 2: from step 7 on): the episode 8.. is a decline warning; 1..2 and 5 are
+    # false alarms, so the run does not pass
+    _fake_eval(monkeypatch, states[:12], None, decline=9)
+    res = eval_detect.evaluate(_FakeRun(), window=2)
+    r = res["runs"][0]
+    assert (r["kind"], r["decline_step"], r["false_alarms"], r["decline_warnings"], r["pass"]) == (
+        "decline", 9, 2, 1, False)
+    assert (res["summary"]["stable"], res["summary"]["declines"], res["summary"]["declines_warned"]) == (0, 1, 1)
+
+
+def test_eval_table_marks_a_decline(monkeypatch, capsys):
+    from arldiag.commands import eval_detect
+
+    _fake_eval(monkeypatch, ["ok"] * 20 + ["warning"] * 5, None, decline=22)
+    monkeypatch.setattr("arldiag.store.reader.open_run", lambda path: _FakeRun())
+    assert eval_detect.main(SimpleNamespace(run=["r"], min_lead=10, alarm_gap=20, precursors=0, split=None,
+                                            window=40, risk="rules", json=False, check=False)) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("r "))
+    assert row.split()[1:3] == ["decline", "22d"]
+    assert ("declining runs (never learned, then fell; d: the step, not scored as collapses): 1, 1 warned inside "
+            "the 40 steps before their decline or after, 0 with a false alarm before that") in out
 
 
 def test_eval_split_filter(monkeypatch, capsys):

@@ -9,7 +9,8 @@ import detection_results as dr  # noqa: E402
 
 S = {"recall_at_10": 0.5, "recall_at_20": 0.25, "median_lead": 12.5, "false_alarm_episodes": 3,
      "false_alarms_per_100_healthy_steps": 0.1234, "healthy_warning_share": 0.0049, "stable_runs_with_warning": 2,
-     "nab_score": 41.26, "runs": 10, "collapsing": 4, "early_collapses": 1, "stable": 6, "fault": 0}
+     "nab_score": 41.26, "runs": 10, "collapsing": 4, "early_collapses": 1, "stable": 5, "fault": 0,
+     "declines": 1, "declines_warned": 1}
 NONE = dict(S, recall_at_10=None, recall_at_20=None, median_lead=None, nab_score=None, collapsing=0,
             early_collapses=0, runs=6)
 
@@ -22,9 +23,11 @@ def test_figures_table_cells():
     assert row["median lead (steps)"].endswith("| 12.50 | - |")
     assert row["false-alarm episodes / 100 healthy steps"].endswith("| 0.12 | 0.12 |")
     assert row["healthy steps in warning"].endswith("| 0.5 % | 0.5 % |")
-    assert row["non-collapsing runs with a false alarm"].endswith("| 2 of 6 | 2 of 6 |")
+    assert row["stable runs with a false alarm"].endswith("| 2 of 5 | 2 of 5 |")
+    assert row["declining runs warned near their decline (not scored)"].endswith("| 1 of 1 | 1 of 1 |")
     assert row["NAB score"].endswith("| 41.3 | - |")
-    assert t[-1] == "| runs (collapsing / early / stable / fault) | 10 (4 / 1 / 6 / 0) | 6 (0 / 0 / 6 / 0) |"
+    assert t[-1] == ("| runs (collapsing / early / stable / declining / fault) | 10 (4 / 1 / 5 / 1 / 0) "
+                     "| 6 (0 / 0 / 5 / 1 / 0) |")
     assert len(t) == 2 + len(dr.FIGURES) + 1
 
 
@@ -35,6 +38,10 @@ def test_per_run_table():
                            "tools": {"p": a, "q": b}}]).splitlines()
     assert t[0].count("|") == 12 and t[1] == "|---" * 11 + "|"
     assert t[2] == "| x | dev | collapse | 50 | 10-19 | 12 | 0 | 25 % | - | 2 (3-5, 90-end) | 10 % |"
+    # a declining run shows its decline step with a d
+    t = dr.per_run_table([{"run": "y", "split": "dev", "kind": "decline", "collapse": None, "dips": [],
+                           "tools": {"p": dict(a, decline_step=80), "q": dict(b, decline_step=80)}}]).splitlines()
+    assert t[2].startswith("| y | dev | decline | 80d | - |")
 
 
 def test_replace_between_keeps_the_rest():
@@ -48,7 +55,8 @@ def test_replace_between_keeps_the_rest():
 
 def test_targets_lines():
     lines = dr.targets(NONE)
-    assert lines[0].endswith("-> n/a") and "2 of 6 stable runs" in lines[2] and lines[2].endswith("**not met**")
+    assert lines[0].endswith("-> n/a") and "2 of 5 stable runs" in lines[2] and lines[2].endswith("**not met**")
+    assert "(1 declining run(s) not counted)" in lines[2]
     assert lines[3].endswith("0.5 % -> met")
 
 

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from arldiag.detectors.label import run_events, series_events
+from arldiag.detectors.label import run_decline, run_events, series_events
 from arldiag.detectors.scoring import ScoreConfig, nab_sigma, score_run, summarize
 
 CFG = ScoreConfig(min_lead=10, warmup=10, window=40, after=10, alarm_gap=20)
@@ -107,3 +107,40 @@ def test_label_dips_and_eval_success():
     c, dips = run_events(steps, {"eval_success": ev, "format_valid_frac": fmt})
     # the 10-step trailing mean stays below 0.45 until step 29 ((6 x 0.1 + 4 x 0.9) / 10 = 0.42; at 30: 0.5)
     assert c == 60 and dips == [(20, 29)]
+
+
+def test_decline_label_needs_no_peak_above_min_peak_and_no_collapse():
+    # eval success every 10 steps: 0.15 at the start, 0.0 from step 60 on. Trailing mean over 3 evaluations:
+    # peak 0.15 (< min_peak 0.2: no collapse) but >= the floor 0.1; at 70 it is 0.05, under half of 0.15, and
+    # stays there; the raw value at 60 is already 0 < 0.075 -> the decline moves back to 60
+    steps = list(range(100))
+    ev = [math.nan] * 100
+    for s in range(0, 100, 10):
+        ev[s] = 0.15 if s < 60 else 0.0
+    cols = {"eval_success": ev}
+    assert run_events(steps, cols) == (None, [])
+    assert run_decline(steps, cols) == 60
+    # a run that starts at 0.08 never reaches the floor: no decline
+    assert run_decline(steps, {"eval_success": [v if math.isnan(v) or v == 0 else 0.08 for v in ev]}) is None
+    # a run that collapsed (peak 0.9) has a collapse, not a decline
+    high = [v if math.isnan(v) or v == 0 else 0.9 for v in ev]
+    assert run_events(steps, {"eval_success": high})[0] == 60 and run_decline(steps, {"eval_success": high}) is None
+    with pytest.raises(ValueError, match="floor"):
+        run_decline(steps, cols, floor=0.2)
+
+
+def test_decline_warning_is_neither_false_nor_caught():
+    # a run of 100 steps that declined at 70: warnings 20..24 (before the window [30, end]: a false alarm) and
+    # 35..49 (an onset inside the window: a decline warning)
+    steps, states = _states(100, set(range(20, 25)) | set(range(35, 50)))
+    r = score_run(steps, states, None, cfg=CFG, decline=70)
+    assert (r["kind"], r["decline_step"], r["decline_warnings"], r["false_alarms"]) == ("decline", 70, 1, 1)
+    # healthy steps: 0..29 = 30, in warning 20..24 = 5
+    assert (r["healthy_steps"], r["healthy_steps_in_warning"]) == (30, 5)
+    s = summarize([r, score_run(*_states(100, set(range(20, 25))), None, cfg=CFG)], CFG)
+    # the decline run is not a stable run: 1 stable run (warned), 1 decline (warned in its window)
+    assert (s["stable"], s["stable_runs_with_warning"], s["declines"], s["declines_warned"]) == (1, 1, 1, 1)
+    assert s["false_alarm_episodes"] == 2 and s["healthy_steps"] == 130
+    # a collapse wins over a decline given with it
+    r = score_run(steps, states, 60, cfg=CFG, decline=70)
+    assert (r["kind"], r["decline_step"]) == ("collapse", None)
