@@ -195,11 +195,12 @@ def training_set(runs):
     for r in runs:
         for i, s in enumerate(r["steps"]):
             c = r["collapse"]
-            in_dip = any(a - w <= s <= b for a, b in r["dips"]) or (
-                c is None and r.get("decline") is not None and s >= r["decline"] - w)  # a decline: neither class
+            # inside a recovered dip's or a decline's window: neither class
+            in_event = any(a - w <= s <= b for a, b in r["dips"]) or (
+                c is None and r.get("decline") is not None and s >= r["decline"] - w)
             if c is not None and c - PRE <= s <= c:
                 X.append(r["X"][i]), y.append(1.0)
-            elif not in_dip and (c is None or s < c - w) and not r["faults"]:
+            elif not in_event and (c is None or s < c - w) and not r["faults"]:
                 X.append(r["X"][i]), y.append(0.0)
     return np.asarray(X), np.asarray(y)
 

@@ -54,14 +54,14 @@ def _eps(eps) -> str:
 
 
 def per_run_table(rows: list[dict]) -> str:
-    """One line per run: (run, split, kind, collapse step, dips, lead, false-alarm episodes, steps in warning) for
-    each tool given in the row (``tools``: {tool: score_run output})."""
+    """One line per run: (run, split, kind, collapse step or decline step with a d, dips, lead, false-alarm
+    episodes, steps in warning) for each tool given in the row (``tools``: {tool: score_run output})."""
     tools = list(rows[0]["tools"]) if rows else []
     hdr = "| run | split | kind | collapse | dips | " + " | ".join(
         f"{t}: lead | {t}: false alarms (steps) | {t}: steps in warning" for t in tools) + " |"
     lines = [hdr, "|---" * (5 + 3 * len(tools)) + "|"]
     for r in rows:
-        dec = next((t["decline_step"] for t in r["tools"].values() if t.get("decline_step") is not None), None)
+        dec = r.get("decline")
         cells = [r["run"], r["split"], r["kind"],
                  str(r["collapse"]) if r["collapse"] is not None else ("-" if dec is None else f"{dec}d"),
                  _eps(r["dips"])]
@@ -209,7 +209,7 @@ def docs_section(out: dict, runs: list[dict], pr: dict, source: str) -> str:
         f"### Per run (arldiag {shipped}, rlwatch 0.5.1 defaults; episode ranges are inclusive)",
         "",
         per_run_table([{"run": r["name"], "split": r["split"], "kind": a["kind"], "collapse": r["collapse"],
-                        "dips": r["dips"], "tools": {"arldiag": a, "rlwatch": b}}
+                        "decline": a["decline_step"], "dips": r["dips"], "tools": {"arldiag": a, "rlwatch": b}}
                        for r, a, b in zip(runs, pr["_rows"]["arldiag"], pr["_rows"]["rlwatch"])]),
     ]
     return "\n".join(lines)

@@ -156,7 +156,7 @@ def summarize(rows: Sequence[dict], cfg: ScoreConfig = ScoreConfig()) -> dict:
         "runs": len(rows), "collapsing": len(coll), "early_collapses": sum(r["early_collapse"] for r in coll),
         "stable": sum(r["kind"] == "stable" for r in rows), "fault": sum(r["kind"] == "fault" for r in rows),
         "dips": sum(len(r["dips"]) for r in rows), "declines": sum(r["kind"] == "decline" for r in rows),
-        "declines_warned": sum(1 for r in rows if r["kind"] == "decline" and r.get("decline_warnings")),
+        "declines_warned": sum(1 for r in rows if r["kind"] == "decline" and r["decline_warnings"]),
         f"recall_at_{t1}": (sum(r[f"caught_at_{t1}"] for r in coll) / len(coll)) if coll else None,
         f"recall_at_{t2}": (sum(r[f"caught_at_{t2}"] for r in coll) / len(coll)) if coll else None,
         "early_caught": sum(r[f"caught_at_{t1}"] for r in coll if r["early_collapse"]),

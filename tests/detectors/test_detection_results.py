@@ -39,8 +39,8 @@ def test_per_run_table():
     assert t[0].count("|") == 12 and t[1] == "|---" * 11 + "|"
     assert t[2] == "| x | dev | collapse | 50 | 10-19 | 12 | 0 | 25 % | - | 2 (3-5, 90-end) | 10 % |"
     # a declining run shows its decline step with a d
-    t = dr.per_run_table([{"run": "y", "split": "dev", "kind": "decline", "collapse": None, "dips": [],
-                           "tools": {"p": dict(a, decline_step=80), "q": dict(b, decline_step=80)}}]).splitlines()
+    t = dr.per_run_table([{"run": "y", "split": "dev", "kind": "decline", "collapse": None, "decline": 80,
+                           "dips": [], "tools": {"p": a, "q": b}}]).splitlines()
     assert t[2].startswith("| y | dev | decline | 80d | - |")
 
 
