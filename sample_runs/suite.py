@@ -72,6 +72,7 @@ LAG_RUNS: dict[str, tuple[str, dict]] = {
     "cispo_lag1": ("cispo", {}),
     "cispo_nalis_lag1": ("cispo", {"nalis_mask": True, "nalis_delta": 3e-3}),  # the suite's mask, same staleness
     "sampo_lag1": ("sampo", {}),  # SAMPO under the same staleness (does it stay stable where CISPO broke?)
+    "cispo_lag1_auto": ("cispo", {"auto_stabilize": "default"}),  # the closed loop on the same runs
 }
 
 # --set NAME -> (setting, runs, the README table block)
