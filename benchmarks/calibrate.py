@@ -292,9 +292,9 @@ SYNTH_COLLAPSE_AT = 70  # the constructed collapse every default must warn ahead
 def synthetic_check(rc, wv, bias, tmp: Path | None = None) -> dict[str, bool]:
     """{model: warned >= 10 steps ahead} on the constructed ARLArena collapse of `arldiag synth --collapse-at
     SYNTH_COLLAPSE_AT` (100 steps, 2 M tokens, 2 s): negative-advantage low-IS sequences pile up from 40 steps before
-    it, KL to the reference rises from 20 before, a one-step KL/grad spike 10 before, then format and success break. This is the mechanism the
-    detectors exist for, and it is not suite data, so it says something the held-out seeds cannot: a model that is
-    only quiet (it alarms at none of the suite's few collapses) fails it."""
+    it, KL to the reference rises from 20 before, a one-step KL/grad spike 10 before, then format and success break.
+    This is the mechanism the detectors exist for, and it is not suite data, so it says something the held-out seeds
+    cannot: a model that is only quiet (it alarms at none of the suite's few collapses) fails it."""
     import tempfile
 
     from arldiag.store.reader import open_run

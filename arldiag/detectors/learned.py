@@ -8,8 +8,8 @@ over the first 10 finite values (frozen), and ``shift`` = (mean of the last 5 - 
 those 20 + eps); both clipped to [-10, 10], 0 where the metric is missing. For the metrics of PEAK_METRICS a third,
 ``peak`` = log10(max of the last PEAK values / max(early median, PEAK_FLOOR)), clipped the same way: the memory of
 a recent excursion. Runs trained on stale rollouts (the lag set, sample_runs/README.md) nearly break several times
-(KL to the reference above 1 nat, up to 2,000, for a step or two, then back) before they break for good; level and shift forget
-such an excursion within 5 steps, peak holds it for PEAK. risk = sigmoid(w . f + b), with b shifted so that the
+(KL to the reference above 1 nat, up to 2,000, for a step or two, then back) before they break for good; level and
+shift forget such an excursion within 5 steps, peak holds it for PEAK. risk = sigmoid(w . f + b), with b shifted so that the
 fitted alarm threshold maps to 0.5 (the warning threshold of the alert state).
 """
 from __future__ import annotations
