@@ -36,19 +36,29 @@ def timeline(run: Any) -> tuple[pd.DataFrame, str]:
     return last, (reason + "; showing stored alerts") if reason else ""
 
 
-def collapse(run: Any) -> int | None:
-    """The run's collapse step (the detectors' documented label), None when it did not collapse or without
-    detectors."""
+def _label(run: Any, fn: str) -> int | None:
+    """The first run's step from the detectors' outcome label ``fn`` (collapse_step or decline_step), None when
+    there is none or without detectors."""
     try:
-        from arldiag.detectors import collapse_step
+        import arldiag.detectors as det
     except Exception:  # noqa: BLE001 - the dashboard works without the detectors
         return None
     try:
-        steps = collapse_step(run)
+        steps = getattr(det, fn)(run)
     except Exception:  # noqa: BLE001 - a run without outcome series has no label
         return None
     vals = [v for v in steps.values() if v is not None]
     return int(vals[0]) if vals else None
+
+
+def collapse(run: Any) -> int | None:
+    """The run's collapse step (the detectors' documented label), None when it did not collapse."""
+    return _label(run, "collapse_step")
+
+
+def decline(run: Any) -> int | None:
+    """The step at which a run that never collapsed declined (detectors.label.run_decline), else None."""
+    return _label(run, "decline_step")
 
 
 def findings(run: Any) -> tuple[list[dict], str]:

@@ -50,14 +50,15 @@ def recorded_panels(series: Mapping[str, pd.DataFrame], panels: Sequence[tuple[s
 def panel_figure(series: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str, Sequence[str]]],
                  bands: Mapping[str, Sequence[tuple[int, int, str]]] | Sequence[tuple[int, int, str]] = (),
                  height_per_panel: int = 190, title: str = "",
-                 collapse: Mapping[str, int | None] | None = None) -> go.Figure:
+                 collapse: Mapping[str, int | None] | None = None,
+                 decline: Mapping[str, int | None] | None = None) -> go.Figure:
     """Stacked line panels sharing the step axis (step ticks on every panel).
 
     ``series``: run name -> frame with ``step`` and metric columns. One run: each metric of a panel has its own
     colour. Several runs (compare mode): each run has its colour (never red), metrics are dash styles.
     ``bands``: {run: [(first, last, state)]} (or one run's list) shaded over all panels: one run in the alert
     colours, several runs each in its own colour (darker = more severe). ``collapse``: {run: collapse step},
-    drawn as a vertical line. Panels whose metrics were not recorded are left out and named in the title."""
+    drawn as a vertical line; ``decline``: {run: decline step} (detectors.label.run_decline), a dotted one. Panels whose metrics were not recorded are left out and named in the title."""
     panels, missing = recorded_panels(series, panels)
     if not panels:
         return message_figure("not recorded: " + "; ".join(missing))
@@ -89,18 +90,21 @@ def panel_figure(series: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str,
     for ri, run in enumerate(series):
         _add_bands(fig, bands.get(run, ()), RUN_COLORS[ri % len(RUN_COLORS)] if compare else None)
     for ri, run in enumerate(series):
-        c = (collapse or {}).get(run)
-        if c is not None:
+        for what, steps, dash in (("collapse", collapse, "dash"), ("decline", decline, "dot")):
+            c = (steps or {}).get(run)
+            if c is None:
+                continue
             # one line over every panel (the step axes are shared), labelled once above the top panel
             color = RUN_COLORS[ri % len(RUN_COLORS)] if compare else COLLAPSE_COLOR
             fig.add_shape(type="line", xref="x", yref="paper", x0=c, x1=c, y0=0, y1=1,
-                          line=dict(color=color, width=2, dash="dash"), name=f"collapse {run}")
+                          line=dict(color=color, width=2, dash=dash), name=f"{what} {run}")
             fig.add_annotation(x=c, y=1, xref="x", yref="paper", yanchor="bottom", showarrow=False,
-                               text=f"collapse {c}" + (f" ({run})" if compare else ""), font=dict(size=10))
+                               text=f"{what} {c}" + (f" ({run})" if compare else ""), font=dict(size=10))
     note = ("not recorded: " + "; ".join(missing)) if missing else ""
     fig.update_layout(**{k: v for k, v in LAYOUT.items() if k != "legend"}, height=height,
                       title=dict(text=" · ".join(t for t in (title, note) if t) or None, font=dict(size=12)),
-                      meta={"collapse": {r: c for r, c in (collapse or {}).items() if c is not None}})
+                      meta={k: {r: c for r, c in (v or {}).items() if c is not None}
+                            for k, v in (("collapse", collapse), ("decline", decline))})
     fig.update_xaxes(showticklabels=True)  # shared axes show ticks on the bottom panel only
     fig.update_xaxes(title_text="step", row=n, col=1)
     return fig

@@ -81,10 +81,14 @@ def collapse_step(source: RunSource, name: str) -> int | None:
     return source.cached(name, ("collapse",), detectors_bridge.collapse)
 
 
+def decline_step(source: RunSource, name: str) -> int | None:
+    return source.cached(name, ("decline",), detectors_bridge.decline)
+
+
 def render_panels(source: RunSource, runs: Sequence[str], view: str, with_bands: bool = True
                   ) -> tuple[go.Figure, str]:
     """(figure, note) for a step-series view over the selected runs: alert bands of every run (its own colour in
-    compare mode), the collapse step of each run as a vertical line."""
+    compare mode), the collapse (or decline) step of each run as a vertical line."""
     if not runs:
         return figures.message_figure("no run selected"), ""
     data = series(source, runs, view)
@@ -102,7 +106,9 @@ def render_panels(source: RunSource, runs: Sequence[str], view: str, with_bands:
         title = (f"shaded: alert state of {runs[0]} (yellow watch, orange warning, red critical)" if len(runs) == 1
                  else "shaded: each run's alert state in the run's colour (darker: more severe)")
     collapse = {name: collapse_step(source, name) for name in runs}
-    return figures.panel_figure(data, PANELS[view], bands=segs, title=title, collapse=collapse), note
+    decline = {name: decline_step(source, name) for name in runs}
+    return figures.panel_figure(data, PANELS[view], bands=segs, title=title, collapse=collapse,
+                                decline=decline), note
 
 
 def turns_missing(source: RunSource, runs: Sequence[str]) -> str:

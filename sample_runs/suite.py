@@ -79,8 +79,9 @@ LAG_RUNS: dict[str, tuple[str, dict]] = {
 SETS = {"stress": (STRESS, STRESS_RUNS, "stress-table"), "lag": (LAG, LAG_RUNS, "lag-table")}
 
 
-def stress_runs(seeds: tuple[int, ...] = SEEDS, which: str = "stress") -> dict[str, list[str]]:
-    """run name -> the `arldiag train` argument list of a CISPO set (`stress` or `lag`; seed-major, like runs())."""
+def set_runs(seeds: tuple[int, ...] = SEEDS, which: str = "stress") -> dict[str, list[str]]:
+    """run name -> the `arldiag train` argument list of one of the SETS (`stress` or `lag`; seed-major, like
+    runs())."""
     setting, table, _ = SETS[which]
     return {f"{base}_s{seed}": train_args(f"{base}_s{seed}", algo, {**setting, **extra, "seed": seed})
             for seed in seeds for base, (algo, extra) in table.items()}
@@ -152,7 +153,7 @@ def main(argv: list[str]) -> int:
                         "and 5k+3..5k+4 held out")
     # intermixed: run names may follow the options (`run --set stress --seeds 5-9 NAME ...`)
     a = p.parse_intermixed_args(argv)
-    table = runs(a.seeds) if a.set == "suite" else stress_runs(a.seeds, a.set)
+    table = runs(a.seeds) if a.set == "suite" else set_runs(a.seeds, a.set)
     block = "suite-table" if a.set == "suite" else SETS[a.set][2]
     if a.what == "list":
         for name, args in table.items():

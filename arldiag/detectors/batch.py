@@ -206,3 +206,10 @@ def collapse_step(run, **rule: Any) -> dict[str, int | None]:
     """The documented collapse label (detectors.label) per run name; keyword args override the rule defaults."""
     run = as_run(run)
     return {name: label_of(steps_frame(run, name), **rule) for name in run.names}
+
+
+def decline_step(run, **rule: Any) -> dict[str, int | None]:
+    """The decline step (detectors.label.run_decline) per run name: None for a run that collapsed or did not
+    decline."""
+    run = as_run(run)
+    return {name: decline_of(steps_frame(run, name), **rule) for name in run.names}

@@ -108,7 +108,8 @@ def gather(run: Any, analyse: Analyse = detector_analysis, name: str | None = No
     timeline = timeline if timeline is not None else pd.DataFrame(columns=["run", "step", "risk", "state"])
     tick(f"{name}: step series")
     steps = D.step_frame(sub, name)
-    v = verdict(found, collapse, timeline, registry_lagging(), n_steps=len(steps))
+    v = verdict(found, collapse, timeline, registry_lagging(), n_steps=len(steps),
+                decline=_decline_step(steps, collapse))
     cols = S.resolve(S.ALL_SIGNALS, D.columns_with_data(steps))
     rows = {t: D.table_rows(sub, t, name) for t in ("tokens", "sequences", "turns", "groups", "steps", "alerts",
                                                      "actions")}
@@ -154,6 +155,16 @@ def _aliases(a: str, b: str) -> bool:
     """Two names of one statistic: ``x`` and ``x_mean`` (a trainer's ``response_length`` and arldiag's
     ``response_length_mean``)."""
     return a == b + "_mean" or b == a + "_mean"
+
+
+def _decline_step(steps: pd.DataFrame, collapse: int | None) -> int | None:
+    """The step at which a run without a collapse declined (detectors.decline_of on its outcome series), else
+    None."""
+    if collapse is not None or steps.empty or "step" not in steps:
+        return None
+    from arldiag.detectors import decline_of
+
+    return decline_of(steps)
 
 
 def training_precursors(steps: pd.DataFrame, collapse: int, top: int = 8) -> list[dict]:

@@ -120,6 +120,8 @@ def timeline_figure(runs: Sequence, max_points: int) -> go.Figure | None:
     v = main.verdict
     if v.collapse_step is not None:
         _vline(fig, v.collapse_step, "#c00000", "solid", f"collapse {v.collapse_step}")
+    if v.decline_step is not None:
+        _vline(fig, v.decline_step, "#a03060", "solid", f"decline {v.decline_step}")
     if v.first_precursor is not None:
         _vline(fig, v.first_precursor["step"], "#e07000", "dash", f"precursor {v.first_precursor['step']}")
     if main.actions is not None:  # what --auto-stabilize did, one marker per step that acted
@@ -185,8 +187,9 @@ def series_figure(runs: Sequence, keys: Sequence[str], title: str, max_points: i
     if right:
         fig.update_layout(yaxis2=dict(overlaying="y", side="right", showgrid=False, rangemode="tozero"))
     v = runs[0].verdict
-    if v.collapse_step is not None:
-        fig.add_vline(x=v.collapse_step, line=dict(color="#c00000", width=1))
+    for step, color in ((v.collapse_step, "#c00000"), (v.decline_step, "#a03060")):
+        if step is not None:
+            fig.add_vline(x=step, line=dict(color=color, width=1))
     fig.update_layout(template=TEMPLATE, title=title, height=300, margin=dict(l=60, r=20, t=50, b=40),
                       legend=dict(orientation="h", y=-0.25))
     if log_y:

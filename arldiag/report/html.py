@@ -69,7 +69,8 @@ def _verdict(rep) -> str:
     return (f'<div class="verdict" style="border-color:{color}"><div class="muted">{esc(rep.name)}</div>'
             f'<div class="status" style="color:{color}">{esc(v.status)}</div>'
             f"<table><tr><th>collapse step</th><td>{esc(v.collapse_step if v.collapse_step is not None else 'none')}"
-            f"</td></tr><tr><th>first precursor</th><td>{esc(T.precursor_line(v))}</td></tr>"
+            + (f"</td></tr><tr><th>decline step</th><td>{esc(v.decline_step)}" if v.decline_step is not None else "")
+            + f"</td></tr><tr><th>first precursor</th><td>{esc(T.precursor_line(v))}</td></tr>"
             f"<tr><th>first warning alert</th><td>{esc(T.warning_line(v))}</td></tr>"
             f"<tr><th>worst alert state</th><td>{esc(v.max_state)}</td></tr>"
             f"<tr><th>fired findings</th><td>{v.n_fired}</td></tr></table><p>{esc(v.summary)}</p></div>")

@@ -16,6 +16,7 @@ def run_dict(rep) -> dict[str, Any]:
         "path": rep.path,
         "verdict": rep.verdict.status,
         "collapse_step": rep.verdict.collapse_step,
+        "decline_step": rep.verdict.decline_step,
         "first_precursor": rep.verdict.first_precursor,
         "first_warning_step": rep.verdict.first_warning_step,
         "warning_lead_time": rep.verdict.warning_lead_time,

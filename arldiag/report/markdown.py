@@ -49,6 +49,7 @@ def render_markdown(report) -> str:
                 [[name] + [fn(r.verdict) for r in report.runs] for name, fn in (
                     ("verdict", lambda x: x.status),
                     ("collapse step", lambda x: x.collapse_step if x.collapse_step is not None else "none"),
+                    ("decline step", lambda x: x.decline_step if x.decline_step is not None else "none"),
                     ("first precursor", T.precursor_line),
                     ("first warning alert", T.warning_line),
                     ("worst alert state", lambda x: x.max_state),

@@ -10,7 +10,7 @@ TURN_KEYS = ("turn_ratio_min", "turn_ratio_max", "turn_oob_low_frac", "turn_oob_
 NALIS_LABELS = {"nalis_count": "neg-adv low-IS count per step", "nalis_frac": "neg-adv low-IS fraction",
                 "nalis_kl_share": "their share of the k3 policy-update KL",
                 "nalis_delta_frac": "fraction under the delta rule"}
-STATUS_COLORS = {"collapsed": "#c00000", "at risk": "#e07000", "healthy": "#2a8a2a", "not enough history": "#777777"}
+STATUS_COLORS = {"collapsed": "#c00000", "declined": "#a03060", "at risk": "#e07000", "healthy": "#2a8a2a", "not enough history": "#777777"}
 
 
 def num(v: Any, spec: str = ".4g") -> str:
@@ -94,6 +94,8 @@ def window_line(rep) -> str:
         where = f" around the first warning (step {v.first_warning_step})"
     elif v.collapse_step is not None:
         where = f" before the collapse (step {v.collapse_step})"
+    elif v.decline_step is not None:
+        where = f" before the decline (step {v.decline_step})"
     else:
         where = " after the first precursor"
     return f"steps {rep.window[0]}-{rep.window[1]}{where}, the build-up; zero-advantage rows left out"

@@ -1,5 +1,6 @@
-"""The verdict at the top of a report: collapsed / at risk / healthy, the collapse step, the first precursor and its
-lead time. Pure functions of the detectors' outputs (findings, collapse_step, alert_timeline)."""
+"""The verdict at the top of a report: collapsed / declined / at risk / healthy, the collapse (or decline) step, the
+first precursor and its lead time. Pure functions of the detectors' outputs (findings, the outcome label of
+detectors.label, alert_timeline)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,6 +11,8 @@ import pandas as pd
 from arldiag.findings import Finding, severity_rank
 
 COLLAPSED, AT_RISK, HEALTHY, TOO_SHORT = "collapsed", "at risk", "healthy", "not enough history"
+# a run that never reached the collapse label's peak, then fell under half of its own best (detectors.label.run_decline)
+DECLINED = "declined"
 STATES = ("ok", "watch", "warning", "critical")
 # Detectors whose signal *is* the collapse label (success / reward / valid-format ratio, the lagging signals):
 # they make a run collapsed or at risk but are not precursors of the collapse.
@@ -66,6 +69,7 @@ class Verdict:
     max_state: str                      # worst alert state over the run
     n_fired: int
     summary: str
+    decline_step: int | None = None     # set only when the run declined (never learned enough to collapse)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -99,16 +103,22 @@ def max_state(timeline: pd.DataFrame | None) -> str:
 
 def verdict(findings: Sequence[Finding], collapse: int | None, timeline: pd.DataFrame | None = None,
             lagging: Collection[str] | None = None, n_steps: int | None = None,
-            warmup: int | None = None) -> Verdict:
+            warmup: int | None = None, decline: int | None = None) -> Verdict:
     """``n_steps``: steps recorded; below ``warmup`` (default: detector_warmup()) a quiet run is "not enough
-    history", not healthy."""
+    history", not healthy. ``decline``: the step at which a run without a collapse declined
+    (detectors.decline_of); lead times then count to it."""
+    if collapse is not None:
+        decline = None  # a collapse wins: run_decline never marks a collapsed run, a caller might
+    event = collapse if collapse is not None else decline
     fired = [f for f in findings if f.fired]
     worst = max((severity_rank(f.severity) for f in fired), default=-1)
     state = max_state(timeline)
     warn = first_state_step(timeline)
-    pre = first_precursor(findings, collapse, lagging)
+    pre = first_precursor(findings, event, lagging)
     if collapse is not None:
         status = COLLAPSED
+    elif decline is not None:
+        status = DECLINED
     elif worst >= severity_rank("warning") or STATES.index(state) >= STATES.index("warning"):
         status = AT_RISK
     else:
@@ -116,15 +126,20 @@ def verdict(findings: Sequence[Finding], collapse: int | None, timeline: pd.Data
         warmup = detector_warmup() if warmup is None else warmup
         if n_steps is not None and n_steps < warmup:
             status = TOO_SHORT
-    parts = [{COLLAPSED: f"Collapsed at step {collapse}.", AT_RISK: "At risk: warnings fired, no collapse (yet).",
+    parts = [{COLLAPSED: f"Collapsed at step {collapse}.",
+              DECLINED: f"Declined at step {decline}: the outcome never reached the collapse label's peak, then fell "
+                        "under half of its own best to the end.",
+              AT_RISK: "At risk: warnings fired, no collapse (yet).",
               HEALTHY: "Healthy: no warning or critical finding and no collapse.",
               TOO_SHORT: f"Not enough history: {n_steps} step(s) recorded, the detectors need {warmup} before "
                          "they can tell a healthy run from a failing one."}[status]]
     if pre is not None:
-        lead = f", {pre['lead_time']} steps before the collapse" if pre["lead_time"] is not None else ""
+        what = "collapse" if collapse is not None else "decline"
+        lead = f", {pre['lead_time']} steps before the {what}" if pre["lead_time"] is not None else ""
         parts.append(f"First precursor: {pre['detector']} ({pre['severity']}) at step {pre['step']}{lead}.")
-    if warn is not None and collapse is not None:
-        parts.append(f"First warning alert at step {warn} (lead time {collapse - warn} steps).")
+    if warn is not None and event is not None:
+        parts.append(f"First warning alert at step {warn} (lead time {event - warn} steps).")
     return Verdict(status=status, collapse_step=None if collapse is None else int(collapse), first_precursor=pre,
-                   first_warning_step=warn, warning_lead_time=None if (warn is None or collapse is None)
-                   else int(collapse) - warn, max_state=state, n_fired=len(fired), summary=" ".join(parts))
+                   first_warning_step=warn, warning_lead_time=None if (warn is None or event is None)
+                   else int(event) - warn, max_state=state, n_fired=len(fired), summary=" ".join(parts),
+                   decline_step=None if decline is None else int(decline))

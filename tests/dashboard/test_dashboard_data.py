@@ -238,3 +238,20 @@ def test_a_run_without_rows_yet_renders_messages(tmp_path: Path) -> None:
         assert views_sequences.render_table(src, "fresh", 3, "ppo_kl_k3_sum") == ([], "step 3: no sequence rows")
     finally:
         col.close()
+
+
+def test_a_declining_run_gets_its_decline_line(tmp_path: Path) -> None:
+    """Success 0.05 -> 0.15 (never the label's 0.2 peak) -> 0 from step 40: the decline step is 40 (worked by hand
+    in tests/report/test_report_outputs.py); the overview draws it dotted and names it in the figure's meta."""
+    from arldiag.commands.import_steps import import_steps
+    from arldiag.dashboards import views_series
+
+    csv = tmp_path / "steps.csv"
+    csv.write_text("step,success_rate\n" + "".join(f"{s},{0.05 if s < 5 else 0.15 if s < 40 else 0.0}\n"
+                                                   for s in range(80)))
+    import_steps(str(csv), str(tmp_path / "runs" / "declining"), name="declining")
+    fig, _ = views_series.render_panels(RunSource(tmp_path / "runs"), ["declining"], "overview")
+    assert fig.layout.meta == {"collapse": {}, "decline": {"declining": 40}}
+    lines = [s for s in fig.layout.shapes if s.type == "line"]
+    assert [(s.x0, s.line.dash) for s in lines] == [(40, "dot")]
+    assert "decline 40" in [a.text for a in fig.layout.annotations]

@@ -82,7 +82,7 @@ def test_one_run_by_default_with_the_collapse_marked(samples_root, serve, browse
                                                                    "ppo_kl", "kl_ref_k3", "grad_norm", "entropy"}
     assert not any(" · " in t["name"] for t in fig["traces"])  # one run: no run prefix
     # the collapse step: a vertical line at x = the collapse step in the figure, named in its meta and annotation
-    assert fig["meta"] == {"collapse": {"cispo_s0": collapse}}
+    assert fig["meta"] == {"collapse": {"cispo_s0": collapse}, "decline": {}}
     lines = [s for s in fig["shapes"] if s["type"] == "line"]
     assert [(s["x0"], s["x1"]) for s in lines] == [(collapse, collapse)]
     assert f"collapse {collapse}" in fig["annotations"]

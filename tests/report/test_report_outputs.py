@@ -65,7 +65,7 @@ def arldiag_steps(path):
 
 def test_json_stable(stable_run, detected, tmp_path):
     j = json.loads(_report(stable_run, tmp_path, "json"))
-    assert j["verdict"] == "healthy" and j["collapse_step"] is None
+    assert j["verdict"] == "healthy" and j["collapse_step"] is None and j["decline_step"] is None
     assert j["recommendations"] == [] and j["first_precursor"] is None and j["precursors"] is None
     assert len(j["findings"]) == len(detected["stable"][2])
 
@@ -231,3 +231,23 @@ def test_injected_findings_and_offender_window_fallback(stable_run):
                                  "lead_time": 997}
     assert [r.text for r in rep.main.recommendations] == ["Do the custom thing."]
     assert rep.main.window is None and len(rep.main.offenders) == 6
+
+
+def test_declining_run_is_named_in_every_format(tmp_path):
+    """A run whose success never reaches the collapse label's peak (0.2) but falls under half of its best: eval
+    success 0.05 for steps 0-4, 0.15 for 5-39, 0 from 40 to 79. Hand-worked: the 10-step trailing mean first drops
+    under 0.075 at step 45 (4 of its 10 steps at 0.15), then the label moves back over the raw zeros to step 40."""
+    from arldiag.commands.import_steps import import_steps
+
+    rows = ["step,success_rate"] + [f"{s},{0.05 if s < 5 else 0.15 if s < 40 else 0.0}" for s in range(80)]
+    csv = tmp_path / "steps.csv"
+    csv.write_text("\n".join(rows) + "\n")
+    import_steps(str(csv), str(tmp_path / "declining"), name="declining")
+    run = str(tmp_path / "declining")
+    j = json.loads(_report(run, tmp_path, "json"))
+    assert j["verdict"] == "declined" and j["collapse_step"] is None and j["decline_step"] == 40
+    assert j["summary"].startswith("Declined at step 40:")
+    md = _report(run, tmp_path, "md")
+    assert "**DECLINED**" in md and "| decline step | 40 |" in md and "| collapse step | none |" in md
+    html = _report(run, tmp_path, "html")
+    assert "<th>decline step</th><td>40" in html and "decline 40" in html

@@ -96,6 +96,16 @@ def test_verdict_at_risk_and_healthy():
     assert v.status == "at risk"  # the alert state alone is enough
 
 
+def test_verdict_declined_counts_leads_to_the_decline():
+    tl = pd.DataFrame({"step": range(70), "state": ["ok"] * 35 + ["warning"] * 35})
+    v = verdict([_f("kl_ref_drift", sev="warning", step=25)], None, tl, decline=60)
+    assert v.status == "declined" and v.collapse_step is None and v.decline_step == 60
+    assert v.first_precursor["lead_time"] == 35 and v.warning_lead_time == 25
+    assert v.summary.startswith("Declined at step 60:") and "35 steps before the decline" in v.summary
+    v = verdict([], 44, tl, decline=60)  # a collapse wins over a decline a caller passed anyway
+    assert v.status == "collapsed" and v.decline_step is None and v.warning_lead_time == 9
+
+
 # ---------------------------------------------------------------- recommendations
 def test_recommendations_merge_and_name_evidence():
     fs = [_f("grad_norm_spike", sev="warning", step=40, recommendation="Lower the LR.",

@@ -25,10 +25,10 @@ def _config(args: list[str]):
     return config_from_args(parser.parse_args(args[2:]))
 
 
-@pytest.mark.parametrize("name,args", list(suite.runs().items()) + list(suite.stress_runs().items())
-                         + list(suite.stress_runs(which="lag").items()))
+@pytest.mark.parametrize("name,args", list(suite.runs().items()) + list(suite.set_runs().items())
+                         + list(suite.set_runs(which="lag").items()))
 def test_every_command_resolves_to_the_shared_setting(name, args) -> None:
-    setting = (suite.STRESS if name in suite.stress_runs() else suite.LAG if name in suite.stress_runs(which="lag")
+    setting = (suite.STRESS if name in suite.set_runs() else suite.LAG if name in suite.set_runs(which="lag")
                else suite.SETTING)
     base = name.rsplit("_s", 1)[0]
     extra = {**suite.ALGORITHM_RUNS, **suite.STRESS_RUNS, **suite.LAG_RUNS, **suite.EXTRA_RUNS}.get(base, (None, {}))[1]
@@ -57,7 +57,7 @@ def test_runs_differ_only_in_algorithm_seed_and_their_extras() -> None:
 
 
 def test_the_lag_set_differs_from_the_suite_setting_only_in_lr_and_rollout_lag() -> None:
-    cfg = _config(suite.stress_runs((7,), which="lag")["cispo_lag1_s7"])
+    cfg = _config(suite.set_runs((7,), which="lag")["cispo_lag1_s7"])
     base = _config(suite.runs((7,))["cispo_s7"])
     differ = {k for k in vars(cfg) if getattr(cfg, k) != getattr(base, k)}
     assert differ == {"lr", "rollout_lag", "name", "out"}, differ
