@@ -42,8 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 # Names other tools log for arldiag's metrics, read from the glossary's sources (schema.STEP_METRICS[*].source,
 # "verl actor/ppo_kl"); conditional sources ("... with low_var_kl") are left out. Plus the two user metrics the
-# detectors read by name.
-EXTRA_NAMES = {"actor/grad_norm": "grad_norm", "actor/lr": "lr"}
+# detectors read by name, and TRL GRPOTrainer's names for the mean reward, the KL to the reference (its `kl` is the
+# token-mean k3, exp(x) - x - 1 with x = lp_ref - lp, as kl_ref_k3) and the mean completion length.
+EXTRA_NAMES = {"actor/grad_norm": "grad_norm", "actor/lr": "lr", "reward": "reward_mean", "kl": "kl_ref_k3",
+               "completions/mean_length": "response_length_mean"}
 
 
 def known_names() -> dict[str, str]:

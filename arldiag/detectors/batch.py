@@ -13,7 +13,8 @@ from typing import Any
 from arldiag.detectors.advice import settings_of, with_actions
 from arldiag.detectors.base import Detector
 from arldiag.detectors.engine import Evaluator
-from arldiag.detectors.label import EVAL_COLUMN, FORMAT_COLUMNS, SUCCESS_COLUMNS, run_decline, run_events
+from arldiag.detectors.label import (EVAL_COLUMN, FORMAT_COLUMNS, REWARD_COLUMN, SUCCESS_COLUMNS, run_decline,
+                                     run_events)
 from arldiag.detectors.risk import RiskConfig
 from arldiag.findings import Finding
 
@@ -151,7 +152,7 @@ def _run_findings(run, name: str, re: RunEvaluation, evidence: bool) -> list[Fin
 def _outcomes(frame) -> dict:
     """The outcome series the label reads, as float arrays."""
     return {c: frame[c].astype("float64").to_numpy()
-            for c in SUCCESS_COLUMNS + FORMAT_COLUMNS + (EVAL_COLUMN,) if c in frame.columns}
+            for c in SUCCESS_COLUMNS + FORMAT_COLUMNS + (EVAL_COLUMN, REWARD_COLUMN) if c in frame.columns}
 
 
 def events_of(frame, **rule: Any) -> tuple[int | None, list[tuple[int, int]]]:

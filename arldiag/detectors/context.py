@@ -16,15 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from arldiag.detectors.label import EVAL_COLUMN, REWARD_COLUMN
 from arldiag.detectors.window import Window, count_finite, early_baseline, running_max, slope, tail_mean
 
-EVAL_COLUMN = "eval_success"
 BATCH_COLUMNS = ("success_rate", "success_frac")
-# the last resort, for trainers that log no success flag (TRL, most verl recipes): the mean reward, read as a
-# success rate only while every value the run logged lies in [0, 1] (accuracy and format rewards, pass rates); a
-# run whose reward leaves [0, 1] once has no outcome from then on, as before, since "near its peak" and "high"
-# mean nothing on an unknown scale
-REWARD_COLUMN = "reward_mean"
+# REWARD_COLUMN, the last resort, for trainers that log no success flag (TRL, most verl recipes): the mean reward,
+# read as a success rate only while every value the run logged lies in [0, 1] (accuracy and format rewards, pass
+# rates); a run whose reward leaves [0, 1] once has no outcome from then on, as before, since "near its peak" and
+# "high" mean nothing on an unknown scale. The collapse label (detectors/label.py) falls back to it the same way.
 OUTCOME_COLUMNS = (EVAL_COLUMN,) + BATCH_COLUMNS + (REWARD_COLUMN,)
 
 

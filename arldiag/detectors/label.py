@@ -22,6 +22,10 @@ import numpy as np
 
 SUCCESS_COLUMNS = ("success_rate", "success_frac", "success")
 FORMAT_COLUMNS = ("format_valid_frac",)
+# the last resort, as in the detectors' outcome context (detectors/context.py): a run that logs no success flag
+# (TRL and verl step logs: only the mean reward) is labelled from its mean reward when every value lies in [0, 1]
+# (accuracy and format rewards, pass rates); on an unknown scale "half of its peak" means nothing, so no label
+REWARD_COLUMN = "reward_mean"
 
 
 def trailing_mean(y: np.ndarray, window: int) -> np.ndarray:
@@ -104,15 +108,27 @@ EVAL_COLUMN = "eval_success"
 EVAL_MIN_POINTS, EVAL_WINDOW, EVAL_MIN_TAIL = 5, 3, 2
 
 
+def _unit_reward(columns: Mapping[str, Sequence[float]]) -> bool:
+    """The run logs no success value (a run store has the columns, NULL when unused), and a mean reward whose
+    logged values all lie in [0, 1]."""
+    if REWARD_COLUMN not in columns or any(np.isfinite(np.asarray(columns[c], dtype=np.float64)).any()
+                                           for c in SUCCESS_COLUMNS if c in columns):
+        return False
+    r = np.asarray(columns[REWARD_COLUMN], dtype=np.float64)
+    r = r[~np.isnan(r)]
+    return bool(r.size) and bool(np.all((r >= 0.0) & (r <= 1.0)))
+
+
 def run_events(steps: Sequence[int], columns: Mapping[str, Sequence[float]], window: int = 10, frac: float = 0.5,
                min_peak: float = 0.2, min_tail: int = 5) -> tuple[int | None, list[tuple[int, int]]]:
     """(collapse step, recovered dips [(first, last) step]) of a run: eval_success when logged (else the first
-    available success column) and format_valid_frac; the earliest collapse wins; dips are merged when they
-    overlap, and a dip inside the collapse (from the other series) is dropped."""
+    available success column, else reward_mean when it stays in [0, 1]) and format_valid_frac; the earliest
+    collapse wins; dips are merged when they overlap, and a dip inside the collapse (from the other series) is
+    dropped."""
     steps = np.asarray(list(steps))
     found, dips = [], []
     ev = columns.get(EVAL_COLUMN)
-    groups = (SUCCESS_COLUMNS, FORMAT_COLUMNS)
+    groups = (SUCCESS_COLUMNS + ((REWARD_COLUMN,) if _unit_reward(columns) else ()), FORMAT_COLUMNS)
     if ev is not None:
         ev = np.asarray(ev, dtype=np.float64)
         ok = np.isfinite(ev)

@@ -129,6 +129,22 @@ def test_decline_label_needs_no_peak_above_min_peak_and_no_collapse():
         run_decline(steps, cols, floor=0.2)
 
 
+def test_label_falls_back_to_a_unit_mean_reward():
+    """A run that logs only reward_mean (TRL and verl step logs): 0.8 for steps 0-49, then 0.1. Hand-worked: the
+    10-step trailing mean first drops under 0.4 (half of the peak 0.8) at step 55 (5 of its 10 steps at 0.8 give
+    0.45, 4 give 0.38), then the label moves back over the raw values already under 0.4 to step 50."""
+    steps = list(range(80))
+    reward = [0.8 if s < 50 else 0.1 for s in steps]
+    assert run_events(steps, {"reward_mean": reward}) == (50, [])
+    # a run store's unused success column (all NULL) does not count as a success series
+    assert run_events(steps, {"reward_mean": reward, "success_frac": [math.nan] * 80}) == (50, [])
+    # a success column wins: the reward is then not read
+    assert run_events(steps, {"reward_mean": reward, "success_rate": [0.5] * 80})[0] is None
+    # one value outside [0, 1]: the scale is unknown, no label
+    assert run_events(steps, {"reward_mean": reward[:-1] + [1.5]})[0] is None
+    assert run_events(steps, {"reward_mean": [2 * r for r in reward]})[0] is None
+
+
 def test_decline_warning_is_neither_false_nor_caught():
     # a run of 100 steps that declined at 70: warnings 20..24 (before the window [30, end]: a false alarm) and
     # 35..49 (an onset inside the window: a decline warning)

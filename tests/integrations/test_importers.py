@@ -52,7 +52,8 @@ def test_trainer_state_json(tmp_path, capsys):
     from transformers import TrainerState
 
     hist = [{"step": s, "loss": 1.0 / s, "clip_ratio/low_mean": 0.01 * s, "entropy": 2.0 - 0.1 * s,
-             "frac_reward_zero_std": 0.25, "epoch": 0.1 * s} for s in range(1, 5)]
+             "frac_reward_zero_std": 0.25, "epoch": 0.1 * s, "reward": 0.2 * s, "kl": 0.003 * s,
+             "completions/mean_length": 10.0 + s} for s in range(1, 5)]
     hist.append({"step": 4, "train_runtime": 9.0, "train_loss": 0.5, "epoch": 0.4})
     state = TrainerState(global_step=4, log_history=hist)
     state.save_to_json(str(tmp_path / "trainer_state.json"))
@@ -60,6 +61,9 @@ def test_trainer_state_json(tmp_path, capsys):
     got = steps(tmp_path / "run", ["loss", "clip_ratio_low_mean", "entropy", "zero_std_group_frac"])
     assert np.allclose(np.array(got, float), [[h["step"], h["loss"], h["clip_ratio/low_mean"], h["entropy"],
                                                h["frac_reward_zero_std"]] for h in hist[:4]])
+    got = steps(tmp_path / "run", ["reward_mean", "kl_ref_k3", "response_length_mean"])  # TRL's own names
+    assert np.allclose(np.array(got, float), [[h["step"], h["reward"], h["kl"], h["completions/mean_length"]]
+                                              for h in hist[:4]])
     cols = arldiag.open_run(tmp_path / "run").sql("select * from steps limit 0").df().columns
     assert "train_runtime" not in cols  # the end-of-training summary is not a step
     bad = tmp_path / "trainer_state_bad.json"
@@ -120,3 +124,25 @@ def test_format_argument_errors(tmp_path, capsys):
     assert "'nosuch' is not a format" in capsys.readouterr().err
     assert cli(["import", str(f), "--out", str(tmp_path / "r")]) == 2
     assert "cannot tell the format" in capsys.readouterr().err
+
+
+def test_imported_verl_log_gets_a_collapse_label(tmp_path, capsys):
+    """verl's step log carries no success flag: the label reads the mean reward (critic/rewards/mean, in [0, 1]),
+    or the validation score once it is renamed to eval_success. Hand-worked: reward 0.7 on steps 1-60, then 0.05:
+    the 10-step trailing mean first falls under 0.35 at step 66, then the label moves back over the raw values under
+    0.35 to step 61. Validation 0.6 at steps 10-60, 0 from 70: the 3-evaluation mean is first under 0.3 at step 80
+    (0.2), then back to step 70."""
+    log = tmp_path / "verl.jsonl"
+    with open(log, "w") as fh:
+        for s in range(1, 101):
+            data = {"critic/rewards/mean": 0.7 if s <= 60 else 0.05, "actor/entropy": 1.0}
+            if s % 10 == 0:
+                data["val-core/gsm8k/reward/mean@1"] = 0.6 if s <= 60 else 0.0
+            fh.write(json.dumps({"step": s, "data": data}) + "\n")
+    runs = {}
+    for name, extra in (("plain", []), ("val", ["--rename", "val-core/gsm8k/reward/mean@1=eval_success"])):
+        assert cli(["import", "verl-jsonl", str(log), "--out", str(tmp_path / name), *extra]) == 0
+        capsys.readouterr()
+        assert cli(["eval-detect", str(tmp_path / name), "--json"]) in (0, 1)
+        runs[name] = json.loads(capsys.readouterr().out)["runs"][0]
+    assert runs["plain"]["collapse_step"] == 61 and runs["val"]["collapse_step"] == 70
