@@ -100,8 +100,8 @@ def table(frames: dict, stable: list[str], collapsing: list[str], allows=(0, 5))
     events = {n: events_of(frames[n])[0] for n in collapsing}
     rows = []
     for col in cols:
-        series = {n: (frames[n]["step"].to_numpy(), frames[n][col].astype("float64").to_numpy()) for n in stable + collapsing
-                  if col in frames[n].columns}
+        series = {n: (frames[n]["step"].to_numpy(), frames[n][col].astype("float64").to_numpy())
+                  for n in stable + collapsing if col in frames[n].columns}
         for kind in ("level", "z"):
             base = {n: (st, x if kind == "level" else zscore(x)) for n, (st, x) in series.items()}
             for sign, direction in ((1.0, "up"), (-1.0, "down")):

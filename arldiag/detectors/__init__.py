@@ -14,5 +14,5 @@ from arldiag.detectors.registry import REGISTRY, register, resolve
 from arldiag.detectors.risk import AlertState, RiskConfig, combine_risk
 
 __all__ = ["detect", "REGISTRY", "alert_timeline", "analyse", "collapse_step", "label_of", "events_of", "decline_of",
-           "decline_step",           "evaluate_run", "Evaluator", "StepResult", "Detector", "Signal", "LEVELS", "register", "resolve",
-           "RiskConfig", "AlertState", "combine_risk"]
+           "decline_step", "evaluate_run", "Evaluator", "StepResult", "Detector", "Signal", "LEVELS", "register",
+           "resolve", "RiskConfig", "AlertState", "combine_risk"]

@@ -10,7 +10,8 @@ TURN_KEYS = ("turn_ratio_min", "turn_ratio_max", "turn_oob_low_frac", "turn_oob_
 NALIS_LABELS = {"nalis_count": "neg-adv low-IS count per step", "nalis_frac": "neg-adv low-IS fraction",
                 "nalis_kl_share": "their share of the k3 policy-update KL",
                 "nalis_delta_frac": "fraction under the delta rule"}
-STATUS_COLORS = {"collapsed": "#c00000", "declined": "#a03060", "at risk": "#e07000", "healthy": "#2a8a2a", "not enough history": "#777777"}
+STATUS_COLORS = {"collapsed": "#c00000", "declined": "#a03060", "at risk": "#e07000", "healthy": "#2a8a2a",
+                 "not enough history": "#777777"}
 
 
 def num(v: Any, spec: str = ".4g") -> str:

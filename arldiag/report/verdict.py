@@ -11,7 +11,8 @@ import pandas as pd
 from arldiag.findings import Finding, severity_rank
 
 COLLAPSED, AT_RISK, HEALTHY, TOO_SHORT = "collapsed", "at risk", "healthy", "not enough history"
-# a run that never reached the collapse label's peak, then fell under half of its own best (detectors.label.run_decline)
+# a run that never reached the collapse label's peak, then fell under half of its own best
+# (detectors.label.run_decline)
 DECLINED = "declined"
 STATES = ("ok", "watch", "warning", "critical")
 # Detectors whose signal *is* the collapse label (success / reward / valid-format ratio, the lagging signals):
