@@ -253,3 +253,35 @@ def test_eval_detect_precursors_cli(synth_runs, capsys):
     r = json.loads(capsys.readouterr().out)["runs"][0]
     assert r["collapsed"] and 1 <= len(r["precursors"]) <= 3
     assert all(abs(a["z"]) >= abs(b["z"]) for a, b in zip(r["precursors"], r["precursors"][1:]))
+
+
+def test_eval_detect_ignores_step_offsets_and_the_log_format(tmp_path, capsys):
+    """Another trainer's view of a real run: the committed collapsing sample run's step metrics exported to CSV and
+    imported (`arldiag import`), once as they are and once resumed at step 1000. Both are scored exactly like the
+    original run store, shifted by 1000 (the detectors and the label count rows, not step numbers)."""
+    from pathlib import Path
+
+    from arldiag.detectors.batch import steps_frame
+
+    src = Path(__file__).resolve().parents[2] / "sample_runs" / "cispo_s0"
+    f = steps_frame(arldiag.open_run(src), "cispo_s0")
+    cols = [c for c in f.columns if c not in ("run", "time") and np.issubdtype(f[c].dtype, np.number)
+            and f[c].notna().any()]
+    out = {}
+    for name, offset in (("csv", 0), ("resumed", 1000)):
+        g = f[cols].copy()
+        g["step"] += offset
+        g.to_csv(tmp_path / f"{name}.csv", index=False)
+        assert main(["import", str(tmp_path / f"{name}.csv"), "--out", str(tmp_path / name), "--keep-names"]) == 0
+    capsys.readouterr()
+    for name, path in (("store", src), ("csv", tmp_path / "csv"), ("resumed", tmp_path / "resumed")):
+        main(["eval-detect", str(path), "--json"])
+        out[name] = json.loads(capsys.readouterr().out)["runs"][0]
+    base = out["store"]
+    assert base["collapse_step"] is not None and base["episodes"]
+    for name, offset in (("csv", 0), ("resumed", 1000)):
+        r = out[name]
+        assert r["collapse_step"] == base["collapse_step"] + offset
+        shifted = [[a + offset, None if b is None else b + offset] for a, b in base["episodes"]]  # None: still on
+        assert shifted == [list(e) for e in r["episodes"]]
+        assert r["lead_time"] == base["lead_time"] and r["false_alarms"] == base["false_alarms"]
