@@ -133,8 +133,8 @@ def regenerate(source: str) -> str:
     made = {"SUITE": "`sample_runs/suite.py all --out SUITE`",
             "STRESS": "`suite.py run --set stress --seeds 0-49 --out STRESS` (the runs without auto-stabilize)",
             "LAG": "`suite.py all --set lag --seeds 0-39 --out LAG` (the plain CISPO runs) and `suite.py run --set lag "
-                   "--seeds 43,44,48,49,53,54,58,59,63,64,68,69,73,74,78,79 --out LAG cispo_lag1_s43 ...` (held-out "
-                   "seeds trained later, one per name)"}
+                   "--seeds 43,44,48,49,53,54,58,59,63,64,68,69,73,74,78,79,83,84,88,89,93,94,98,99 --out LAG "
+                   "cispo_lag1_s43 ...` (held-out seeds trained later, one per name)"}
     used = [name for name in made if f"{name}/" in source]
     if used:
         text += (f" ({', '.join(used)}: the folders that " + ", ".join(made[n] for n in used) + " wrote)")

@@ -120,8 +120,8 @@ def gather(run: Any, analyse: Analyse = detector_analysis, name: str | None = No
                     cols=cols, findings=found, timeline=timeline, verdict=v, recommendations=recommendations(found, settings),
                     sections=sections(manifest, steps, cols, found), rows=rows, clip=clip, seq_clip=seq_clip)
 
-    if collapse is not None:  # which recorded metrics moved 20..10 steps before the collapse (detectors.precursors)
-        rep.precursors = training_precursors(steps, collapse, top=8)
+    if v.event is not None:  # the metrics that moved 20..10 steps before the collapse or decline (precursors.py)
+        rep.precursors = training_precursors(steps, v.event[1], top=8)
 
     tick(f"{name}: IS-ratio heatmaps")
     rep.heatmaps = _heatmaps(sub, name, rows, clip, seq_clip)
@@ -207,8 +207,8 @@ def _heatmaps(run: Any, name: str, rows: dict[str, int], clip, seq_clip) -> dict
 def _offender_window(v: Verdict, w: int) -> tuple[int, int] | None:
     """The build-up, where the sequences that drove the run are (at the collapse step itself a collapsed run holds
     mostly zero-advantage rows that teach nothing): around the first warning alert, before the collapse; else the
-    steps before the collapse; else after the first precursor; else the whole run (None)."""
-    c = v.collapse_step
+    steps before the collapse (or decline); else after the first precursor; else the whole run (None)."""
+    c = v.event[1] if v.event is not None else None
     if v.first_warning_step is not None and (c is None or v.first_warning_step < c):
         lo, hi = v.first_warning_step - w, v.first_warning_step + w
         return (max(0, lo), hi if c is None else min(hi, c - 1))

@@ -143,7 +143,7 @@ def _comparison(rep) -> str:
 def _precursors(rep) -> str:
     intro = T.precursor_intro(rep)
     if intro is None:
-        return _nodata("The run did not collapse.")
+        return _nodata("The run neither collapsed nor declined.")
     rows = "".join(f"<tr><td>{esc(p['metric'])}</td><td>{T.num(p['z'], '.3g')}</td><td>{T.num(p['base_mean'])}</td>"
                    f"<td>{T.num(p['lead_mean'])}</td></tr>" for p in rep.precursors)
     return (f"<p>{esc(intro)}</p>" + ("<table><tr><th>metric</th><th>z</th><th>before</th><th>lead window</th></tr>"
@@ -246,7 +246,7 @@ def render_html(report, progress: Any = None) -> str:
             f'<p class="muted">generated {esc(report.generated)} by arldiag {esc(report.version)}; run folder '
             f"{esc(rep.path)}" + (f"; baseline: {esc(report.baseline.name)}" if report.baseline else "") + "</p>",
             '<nav><a href="#verdict">verdict</a><a href="#timeline">timeline</a><a href="#findings">findings</a>'
-            '<a href="#recommendations">recommendations</a><a href="#precursors">before the collapse</a>'
+            f'<a href="#recommendations">recommendations</a><a href="#precursors">before the {T.event_word(rep)}</a>'
             '<a href="#dimensions">ARLArena dimensions</a>'
             '<a href="#nalis">neg-adv low-IS</a><a href="#mismatch">mismatch</a><a href="#entropy">entropy</a>'
             '<a href="#turns">turns</a><a href="#offenders">offenders</a>'
@@ -261,7 +261,7 @@ def render_html(report, progress: Any = None) -> str:
     tick()
     body.append('<h2 id="findings">Findings</h2>' + _findings_table(rep) + _alerts(rep) + _actions(rep))
     body.append('<h2 id="recommendations">Recommendations</h2>' + _recommendations(rep))
-    body.append('<h2 id="precursors">What moved before the collapse</h2>' + _precursors(rep))
+    body.append(f'<h2 id="precursors">What moved before the {T.event_word(rep)}</h2>' + _precursors(rep))
     body.append('<h2 id="dimensions">The four ARLArena dimensions</h2>'
                 + "".join(_section_block(s, figs, runs, mp) for s in rep.sections))
     tick()

@@ -64,7 +64,7 @@ def render_markdown(report) -> str:
         L += ["No recommendation: no detector fired.", ""]
     intro = T.precursor_intro(rep)
     if intro is not None:
-        L += ["## What moved before the collapse", "", intro, ""]
+        L += [f"## What moved before the {T.event_word(rep)}", "", intro, ""]
         if rep.precursors:
             L += _table(["metric", "z", "before", "lead window"],
                         [[p["metric"], T.num(p["z"], ".3g"), T.num(p["base_mean"]), T.num(p["lead_mean"])]

@@ -93,10 +93,8 @@ def window_line(rep) -> str:
     v = rep.verdict
     if v.first_warning_step is not None and rep.window[0] <= v.first_warning_step <= rep.window[1]:
         where = f" around the first warning (step {v.first_warning_step})"
-    elif v.collapse_step is not None:
-        where = f" before the collapse (step {v.collapse_step})"
-    elif v.decline_step is not None:
-        where = f" before the decline (step {v.decline_step})"
+    elif v.event is not None:
+        where = f" before the {v.event[0]} (step {v.event[1]})"
     else:
         where = " after the first precursor"
     return f"steps {rep.window[0]}-{rep.window[1]}{where}, the build-up; zero-advantage rows left out"
@@ -121,16 +119,21 @@ def actions_line(rep) -> str | None:
     return f"Auto-stabilize ({a['policy'].iloc[0]}) applied {len(a)} action{'s' * (len(a) != 1)}: {done}."
 
 
+def event_word(rep) -> str:
+    """What the precursor section is about: "collapse", or "decline" for a run that declined."""
+    return rep.verdict.event[0] if rep.verdict.event is not None else "collapse"
+
+
 def precursor_intro(rep) -> str | None:
-    """The sentence above the precursor table; None when the run did not collapse."""
-    if rep.precursors is None:
+    """The sentence above the precursor table; None when the run neither collapsed nor declined."""
+    if rep.precursors is None or rep.verdict.event is None:
         return None
     from arldiag.detectors.precursors import BASE, LEAD
 
-    c = rep.verdict.collapse_step
+    what, c = rep.verdict.event
     if not rep.precursors:
-        return (f"Too little history before the collapse at step {c} to compare steps {c - LEAD[1]}..{c - LEAD[0]} "
+        return (f"Too little history before the {what} at step {c} to compare steps {c - LEAD[1]}..{c - LEAD[0]} "
                 f"with the {BASE} steps before them.")
-    return (f"Step metrics that moved most in steps {c - LEAD[1]}..{c - LEAD[0]}, 10 to 20 steps before the collapse "
+    return (f"Step metrics that moved most in steps {c - LEAD[1]}..{c - LEAD[0]}, 10 to 20 steps before the {what} "
             f"at step {c}: z = (mean there - mean over the {BASE} steps before) / (their std / sqrt(n)). Small |z| "
-            "everywhere means no recorded statistic announced the collapse in time.")
+            f"everywhere means no recorded statistic announced the {what} in time.")

@@ -72,6 +72,13 @@ class Verdict:
     summary: str
     decline_step: int | None = None     # set only when the run declined (never learned enough to collapse)
 
+    @property
+    def event(self) -> tuple[str, int] | None:
+        """("collapse", step) or ("decline", step): the outcome event the report explains; None for neither."""
+        if self.collapse_step is not None:
+            return "collapse", self.collapse_step
+        return None if self.decline_step is None else ("decline", self.decline_step)
+
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 

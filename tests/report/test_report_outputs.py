@@ -249,5 +249,8 @@ def test_declining_run_is_named_in_every_format(tmp_path):
     assert j["summary"].startswith("Declined at step 40:")
     md = _report(run, tmp_path, "md")
     assert "**DECLINED**" in md and "| decline step | 40 |" in md and "| collapse step | none |" in md
+    assert "## What moved before the decline\n\n" in md and "before the decline at step 40" in md
+    assert isinstance(j["precursors"], list)  # computed for the decline (None only without an event)
     html = _report(run, tmp_path, "html")
     assert "<th>decline step</th><td>40" in html and "decline 40" in html
+    assert "<h2>What moved before the decline</h2>" in html and 'href="#precursors">before the decline<' in html
