@@ -70,43 +70,41 @@ def ceiling(stable: list[tuple[np.ndarray, np.ndarray]], collapsing: list[tuple[
     return Ceiling(float(thr), ahead, len(scored))
 
 
-def load(run, split: str | None) -> tuple[dict, list[str], list[str]]:
-    """({run name: steps frame}, stable names, collapsing names) of the runs in ``split``."""
+def load(run, split: str | None) -> tuple[dict, list[str], dict[str, int]]:
+    """({run name: steps frame}, stable names, {collapsing run: collapse step}) of the runs in ``split``."""
     from arldiag.commands.eval_detect import select_split
     from arldiag.detectors import decline_of, events_of
     from arldiag.detectors.batch import steps_frame
 
-    frames, stable, collapsing = {}, [], []
+    frames, stable, collapsing = {}, [], {}
     for name in select_split(run, split):
         f = steps_frame(run, name)
         frames[name] = f
         c = events_of(f)[0]
         if c is not None:
-            collapsing.append(name)
+            collapsing[name] = c
         elif decline_of(f) is None:
             stable.append(name)
     return frames, stable, collapsing
 
 
-def table(frames: dict, stable: list[str], collapsing: list[str], allows=(0, 5)) -> list[dict]:
-    """One row per (metric, direction, kind): the ceiling at each allowed number of stable runs."""
-    from arldiag.detectors import events_of
-
+def table(frames: dict, stable: list[str], collapsing: dict[str, int], allows=(0, 5)) -> list[dict]:
+    """One row per (metric, direction, kind): the ceiling at each allowed number of stable runs; ``collapsing``:
+    {run: collapse step}."""
     cols = sorted({c for f in frames.values() for c in f.columns
                    if c not in SKIP and np.issubdtype(f[c].dtype, np.number)})
     # a setting logged as a metric (lr, a coefficient) is constant within each run: it tells runs apart by their
     # config, it does not announce anything
     cols = [c for c in cols if any(f[c].dropna().nunique() > 1 for f in frames.values() if c in f.columns)]
-    events = {n: events_of(frames[n])[0] for n in collapsing}
     rows = []
     for col in cols:
         series = {n: (frames[n]["step"].to_numpy(), frames[n][col].astype("float64").to_numpy())
-                  for n in stable + collapsing if col in frames[n].columns}
+                  for n in [*stable, *collapsing] if col in frames[n].columns}
         for kind in ("level", "z"):
             base = {n: (st, x if kind == "level" else zscore(x)) for n, (st, x) in series.items()}
             for sign, direction in ((1.0, "up"), (-1.0, "down")):
                 s = [(st, sign * x) for n, (st, x) in base.items() if n in stable]
-                c = [(st, sign * x, events[n]) for n, (st, x) in base.items() if n in events]
+                c = [(st, sign * x, collapsing[n]) for n, (st, x) in base.items() if n in collapsing]
                 if not s or not c:
                     continue
                 row = {"metric": col, "direction": direction, "kind": kind}

@@ -21,6 +21,7 @@ COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17
 STATE_COLORS = {"watch": "rgba(255, 200, 0, 0.18)", "warning": "rgba(255, 120, 0, 0.22)",
                 "critical": "rgba(220, 0, 0, 0.25)"}
 TEMPLATE = "plotly_white"
+EVENT_COLORS = {"collapse": "#c00000", "decline": "#a03060"}  # the outcome event's line (Verdict.event)
 
 
 def alert_segments(timeline: pd.DataFrame | None, max_segments: int = 300) -> list[tuple[float, float, str]]:
@@ -118,10 +119,9 @@ def timeline_figure(runs: Sequence, max_points: int) -> go.Figure | None:
         fig.add_shape(type="rect", xref="x", yref="paper", x0=x0, x1=x1, y0=0, y1=1, fillcolor=STATE_COLORS[state],
                       line=dict(width=0), layer="below")
     v = main.verdict
-    if v.collapse_step is not None:
-        _vline(fig, v.collapse_step, "#c00000", "solid", f"collapse {v.collapse_step}")
-    if v.decline_step is not None:
-        _vline(fig, v.decline_step, "#a03060", "solid", f"decline {v.decline_step}")
+    if v.event is not None:  # the collapse, or the decline of a run that never learned enough to collapse
+        what, step = v.event
+        _vline(fig, step, EVENT_COLORS[what], "solid", f"{what} {step}")
     if v.first_precursor is not None:
         _vline(fig, v.first_precursor["step"], "#e07000", "dash", f"precursor {v.first_precursor['step']}")
     if main.actions is not None:  # what --auto-stabilize did, one marker per step that acted
@@ -187,9 +187,8 @@ def series_figure(runs: Sequence, keys: Sequence[str], title: str, max_points: i
     if right:
         fig.update_layout(yaxis2=dict(overlaying="y", side="right", showgrid=False, rangemode="tozero"))
     v = runs[0].verdict
-    for step, color in ((v.collapse_step, "#c00000"), (v.decline_step, "#a03060")):
-        if step is not None:
-            fig.add_vline(x=step, line=dict(color=color, width=1))
+    if v.event is not None:
+        fig.add_vline(x=v.event[1], line=dict(color=EVENT_COLORS[v.event[0]], width=1))
     fig.update_layout(template=TEMPLATE, title=title, height=300, margin=dict(l=60, r=20, t=50, b=40),
                       legend=dict(orientation="h", y=-0.25))
     if log_y:

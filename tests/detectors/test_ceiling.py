@@ -48,7 +48,7 @@ def test_ceiling_threshold_and_lead_window_by_hand():
 
 
 def test_table_orients_metrics_and_skips_settings():
-    """Two stable runs and one that collapses at step 60 (success 0.6 -> 0): its grad_norm jumps to 8 at step 40
+    """Two stable runs and one that collapses at step 60: its grad_norm jumps to 8 at step 40
     (20 steps ahead), the stable runs' peaks are 2 and 3; lr is a setting (constant in each run), not a metric."""
     import pandas as pd
 
@@ -61,9 +61,22 @@ def test_table_orients_metrics_and_skips_settings():
     g1[50], g2[30], gc[40] = 2.0, 3.0, 8.0
     frames = {"a": frame(np.full(100, 0.6), g1, 1e-4), "b": frame(np.full(100, 0.6), g2, 2e-4),
               "c": frame(np.where(steps < 60, 0.6, 0.0), gc, 1e-4)}
-    rows = {(r["metric"], r["direction"], r["kind"]): r for r in C.table(frames, ["a", "b"], ["c"], allows=(0,))}
+    rows = {(r["metric"], r["direction"], r["kind"]): r for r in C.table(frames, ["a", "b"], {"c": 60}, allows=(0,))}
     assert "lr" not in {m for m, _, _ in rows}
     up = rows[("grad_norm", "up", "level")]
     assert (up["threshold_allow0"], up["ahead_allow0"], up["collapses"]) == (3.0, 1, 1)
     down = rows[("grad_norm", "down", "level")]
     assert (down["threshold_allow0"], down["ahead_allow0"]) == (1.0, 0)  # nothing falls below 1
+
+
+def test_load_splits_the_committed_sample_runs():
+    """The dev sample runs: cispo_s0 collapses at step 40 (its documented label), grpo_s0 and cispo_nalis_s0 stay
+    stable; a held-out run is not read with --split dev."""
+    from arldiag.detectors import label_of
+    from arldiag.store.reader import open_run
+
+    root = Path(__file__).resolve().parents[2] / "sample_runs"
+    run = open_run([str(root / n) for n in ("cispo_s0", "grpo_s0", "cispo_nalis_s0", "cispo_s3")])
+    frames, stable, collapsing = C.load(run, "dev")
+    assert collapsing == {"cispo_s0": 40} == {"cispo_s0": label_of(frames["cispo_s0"])}
+    assert sorted(stable) == ["cispo_nalis_s0", "grpo_s0"] and "cispo_s3" not in frames
