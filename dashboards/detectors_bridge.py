@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -36,15 +36,15 @@ def timeline(run: Any) -> tuple[pd.DataFrame, str]:
     return last, (reason + "; showing stored alerts") if reason else ""
 
 
-def _label(run: Any, fn: str) -> int | None:
-    """The first run's step from the detectors' outcome label ``fn`` (collapse_step or decline_step), None when
-    there is none or without detectors."""
+def _label(run: Any, pick: Callable[[Any], Callable]) -> int | None:
+    """The first run's step from the outcome label that ``pick`` takes from the detectors package
+    (collapse_step or decline_step), None when there is none or without detectors."""
     try:
         import arldiag.detectors as det
     except Exception:  # noqa: BLE001 - the dashboard works without the detectors
         return None
     try:
-        steps = getattr(det, fn)(run)
+        steps = pick(det)(run)
     except Exception:  # noqa: BLE001 - a run without outcome series has no label
         return None
     vals = [v for v in steps.values() if v is not None]
@@ -53,12 +53,12 @@ def _label(run: Any, fn: str) -> int | None:
 
 def collapse(run: Any) -> int | None:
     """The run's collapse step (the detectors' documented label), None when it did not collapse."""
-    return _label(run, "collapse_step")
+    return _label(run, lambda det: det.collapse_step)
 
 
 def decline(run: Any) -> int | None:
     """The step at which a run that never collapsed declined (detectors.label.run_decline), else None."""
-    return _label(run, "decline_step")
+    return _label(run, lambda det: det.decline_step)
 
 
 def findings(run: Any) -> tuple[list[dict], str]:
