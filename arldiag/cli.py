@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "detect": ("arldiag.commands.detect", "run the collapse detectors over a run"),
     "watch": ("arldiag.commands.watch", "follow a run being written and raise alerts"),
     "eval-detect": ("arldiag.commands.eval_detect", "detection benchmark: lead times and false alarms"),
+    "calibrate": ("arldiag.commands.calibrate", "fit the step-scalar alert state on labelled dev runs"),
     "report": ("arldiag.report.cli", "write a post-mortem report (html, md, json)"),
     "dashboard": ("arldiag.dashboards.cli", "serve the live Dash dashboard over a runs root"),
 }

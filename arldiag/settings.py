@@ -59,6 +59,13 @@ PARAM_MEANINGS = {
     "min_peak": "the metric must have peaked at least this high before a collapse counts",
     "critical_token_frac": "fraction of non-finite tokens that is critical",
     "bulk_k3_max": "maximum bulk k3 mismatch for an isolated drift to count",
+    "peak_points": "score_collapse: logged points averaged for the running peak",
+    "confirm": "score_collapse: logged points averaged for the current score",
+    "min_points": "score_collapse: logged points of the score needed before the rule can fire",
+    "noise_points": "score_collapse: logged points the score's noise is measured over",
+    "noise_z": "score_collapse: the fall must exceed this many noise standard deviations",
+    "last_slack": "score_collapse: the last point may sit this far above the fraction",
+    "trunc_max": "length_shrink: quiet when the early share of truncated responses was above this",
 }
 RISK_MEANINGS = {
     "level_scores": "score of a detector at level ok / watch / warning / critical (combined by noisy-OR)",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 from arldiag.detectors.scoring import ScoreConfig, episodes, score_run, summarize  # noqa: F401 (episodes: API)
 
@@ -35,6 +36,10 @@ def add_arguments(p) -> None:
     p.add_argument("--risk", choices=("rules", "learned"), default=None,
                    help="alert state from the rule-based risk or the learned risk score (default: the model "
                         "calibrated.json ships, benchmarks/calibrate.py)")
+    p.add_argument("--labels", metavar="FILE",
+                   help="score against these labels instead of arldiag's own: JSON {run: {collapse_step: N|null, "
+                        "ambiguous: bool, log_interval_steps: N}} (the format of shared/real_runs/labels.json); "
+                        "ambiguous runs are scored apart, a run the file does not name keeps arldiag's label")
     p.add_argument("--precursors", type=int, default=0, metavar="K",
                    help="for each collapsing run, also list the K step metrics that moved most in the window from "
                         "20 to 10 steps before the collapse (z against the 40 steps before that)")
@@ -61,13 +66,41 @@ def select_split(run, split: str | None) -> list[str]:
     return [n for n in run.names if split_of(run, n) == split]
 
 
+def load_labels(path: str) -> dict[str, dict]:
+    """{run: {"collapse_step": int | None, "ambiguous": bool, "log_interval_steps": int | None}} from a labels
+    file; a malformed file is an error that names it and the entry."""
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"labels: {path!r} does not exist")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"labels: {path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"labels: {path} must hold a JSON object {{run: {{collapse_step: ...}}}}")
+    out = {}
+    for name, lab in data.items():
+        if not isinstance(lab, dict) or "collapse_step" not in lab:
+            raise ValueError(f"labels: entry {name!r} of {path} needs a collapse_step (a step or null)")
+        c = lab["collapse_step"]
+        if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or c != int(c)):
+            raise ValueError(f"labels: collapse_step of {name!r} in {path} must be an integer step or null, got {c!r}")
+        iv = lab.get("log_interval_steps")
+        out[str(name)] = {"collapse_step": None if c is None else int(c), "ambiguous": bool(lab.get("ambiguous")),
+                          "log_interval_steps": int(iv) if isinstance(iv, (int, float)) and iv >= 1 else None}
+    return out
+
+
 def score_evaluation(name: str, timeline, collapse, dips, faults: dict, tracks, cfg: ScoreConfig,
-                     decline: int | None = None) -> dict:
+                     decline: int | None = None, interval: int = 1, ambiguous: bool = False) -> dict:
     """Score one run's alert timeline [(step, risk, state, top)] (the batch Evaluator's or any other tool's)."""
     steps = [s for s, *_ in timeline]
     states = [st for _, _, st, _ in timeline]
     tops = {s: top for s, _, _, top in timeline}
-    r = score_run(steps, states, collapse, dips, tops, tuple(faults), cfg, decline=decline)
+    r = score_run(steps, states, collapse, dips, tops, tuple(faults), cfg, decline=decline, interval=interval,
+                  ambiguous=ambiguous)
     lead_ep = r["lead_episode"]
     first = lead_ep[0] if lead_ep else None
     expected_fired = None
@@ -78,6 +111,9 @@ def score_evaluation(name: str, timeline, collapse, dips, faults: dict, tracks, 
         ok = len(expected_fired) == len(faults) and all(expected_fired.values()) and not r["false_alarms"]
         eps = r["episodes"]
         first = next((a for a, _ in eps if tops.get(a) in faults), None)
+    elif r["kind"] == "ambiguous":
+        ok = True
+        first = r["first_episode_step"]
     else:
         ok = not r["false_alarms"]
         first = r["false_alarm_episodes"][0][0] if r["false_alarm_episodes"] else None
@@ -95,9 +131,11 @@ def score_evaluation(name: str, timeline, collapse, dips, faults: dict, tracks, 
 
 
 def evaluate(run, min_lead: int = 10, alarm_gap: int = 20, precursors: int = 0, split: str | None = None,
-             window: int = 40, risk: str | None = None, names=None) -> dict:
-    """Score the runs (``names``: a subset of run.names, else those of ``split``, else all)."""
+             window: int = 40, risk: str | None = None, names=None, labels: dict | None = None) -> dict:
+    """Score the runs (``names``: a subset of run.names, else those of ``split``, else all); ``labels``
+    (``load_labels``) replaces arldiag's own label for the runs it names."""
     from arldiag.detectors import decline_of, evaluate_run, events_of
+    from arldiag.detectors.batch import log_interval
     from arldiag.detectors.precursors import precursor_scan
     from arldiag.detectors.risk import calibrated_model
 
@@ -106,10 +144,19 @@ def evaluate(run, min_lead: int = 10, alarm_gap: int = 20, precursors: int = 0, 
     rows = []
     for name in (list(names) if names is not None else select_split(run, split)):
         re = evaluate_run(run, name, risk_model=risk)
-        c, dips = events_of(re.frame)
+        lab = (labels or {}).get(name)
+        interval = getattr(re.evaluator, "interval", None) or log_interval([s for s, *_ in re.timeline],
+                                                                          run.manifests.get(name))
+        if lab is not None:
+            c, dips, dec = lab["collapse_step"], [], None
+            interval = lab["log_interval_steps"] or interval
+        else:
+            c, dips = events_of(re.frame)
+            dec = decline_of(re.frame)
         r = score_evaluation(name, re.timeline, c, dips, injected_faults(run, name), re.evaluator.tracks, cfg,
-                             decline_of(re.frame))
+                             dec, interval=interval, ambiguous=bool(lab and lab["ambiguous"]))
         r["split"] = split_of(run, name)
+        r["label_source"] = "labels file" if lab is not None else "arldiag"
         rows.append(r)
         if precursors and c is not None:
             r["precursors"] = precursor_scan(re.frame, c, (min_lead, 2 * min_lead), top=precursors)
@@ -121,6 +168,7 @@ def evaluate(run, min_lead: int = 10, alarm_gap: int = 20, precursors: int = 0, 
         "faults_flagged": sum(r["pass"] for r in rows if r["kind"] == "fault"),
         "false_alarms": summary["false_alarm_episodes"], "min_lead": min_lead, "alarm_gap": alarm_gap,
         "window": window, "split": split, "risk": risk, "all_pass": all(r["pass"] for r in rows),
+        "labels": "file" if labels else "arldiag",
     })
     return {"runs": rows, "summary": summary}
 
@@ -142,8 +190,15 @@ def summary_line(s: dict) -> str:
 def main(args) -> int:
     from arldiag.store.reader import open_run
 
+    labels = load_labels(args.labels) if getattr(args, "labels", None) else None
     run = open_run(args.run if len(args.run) > 1 else args.run[0])
-    res = evaluate(run, args.min_lead, args.alarm_gap, args.precursors, args.split, args.window, args.risk)
+    res = evaluate(run, args.min_lead, args.alarm_gap, args.precursors, args.split, args.window, args.risk,
+                   labels=labels)
+    if labels is not None:
+        missing = [r["run"] for r in res["runs"] if r["label_source"] != "labels file"]
+        if missing:
+            print(f"arldiag eval-detect: {len(missing)} run(s) not in {args.labels}, scored on arldiag's own label: "
+                  f"{', '.join(missing[:8])}", file=sys.stderr)
     if args.json:
         print(json.dumps(res, indent=2, default=str))
         return 1 if args.check and not res["summary"]["all_pass"] else 0
@@ -161,6 +216,9 @@ def main(args) -> int:
               f"{f(r['first_warning_detector']):<18} {'yes' if r['pass'] else 'NO'}")
     s = res["summary"]
     print(f"\n{summary_line(s)}")
+    print(f"collapses alarmed before or within {ScoreConfig.late_points} logged points: {s['alarmed_by_late_points']}/"
+          f"{s['collapsing']}; stable runs without any warning: {s['stable_runs_without_warning']}/{s['stable']}"
+          + (f"; ambiguous runs (scored apart): {s['ambiguous']}" if s["ambiguous"] else ""))
     print(f"collapsing runs caught >= {s['min_lead']} steps ahead: {s['collapsing_warned_in_time']}/{s['collapsing']} "
           f"(* early collapse: alarm at or before it); stable runs without warning: {s['stable_without_warning']}/"
           f"{s['stable']}; runs with planted faults flagged: {s['faults_flagged']}/{s['fault']}")

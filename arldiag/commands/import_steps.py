@@ -40,23 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "step and advantage)")
 
 
-# Names other tools log for arldiag's metrics, read from the glossary's sources (schema.STEP_METRICS[*].source,
-# "verl actor/ppo_kl"); conditional sources ("... with low_var_kl") are left out. Plus the two user metrics the
-# detectors read by name, and TRL GRPOTrainer's names for the mean reward, the KL to the reference (its `kl` is the
-# token-mean k3, exp(x) - x - 1 with x = lp_ref - lp, as kl_ref_k3) and the mean completion length.
-EXTRA_NAMES = {"actor/grad_norm": "grad_norm", "actor/lr": "lr", "reward": "reward_mean", "kl": "kl_ref_k3",
-               "completions/mean_length": "response_length_mean"}
-
-
 def known_names() -> dict[str, str]:
-    from arldiag.schema import STEP_METRICS
+    """Logged name -> arldiag name: the alias table of arldiag/aliases.py (the schema's cited verl/TRL sources
+    and the names of docs/integrations/importers.md "Metric names")."""
+    from arldiag.aliases import alias_table
 
-    out = {}
-    for m in STEP_METRICS:
-        tool, _, name = m.source.partition(" ")
-        if tool in ("verl", "TRL") and name and " " not in name:
-            out[name] = m.name
-    return {**out, **EXTRA_NAMES}
+    return alias_table()
 
 
 def as_number(v: Any) -> float | None:
@@ -78,11 +67,13 @@ def as_number(v: Any) -> float | None:
         return None
 
 
-def load_steps(path: Path, fmt: str, step_column: str, rename: Mapping[str, str]
+def load_steps(path: Path, fmt: str, step_column: str, rename: Mapping[str, str] | None = None
                ) -> tuple[dict[int, dict[str, float]], set[str]]:
-    """step -> numeric metrics (later rows of the same step update earlier ones), and the columns never numeric."""
+    """step -> numeric metrics under the names ``rename`` gives (later rows of the same step update earlier ones:
+    a validation row and a training row of one step become one step), and the columns never numeric."""
     from arldiag.importers import STEP_READERS
 
+    rename = rename or {}
     steps: dict[int, dict[str, float]] = {}
     seen, numeric = set(), set()
     for where, row in STEP_READERS[fmt][0](path):
@@ -103,6 +94,32 @@ def load_steps(path: Path, fmt: str, step_column: str, rename: Mapping[str, str]
                 numeric.add(name)
                 metrics[name] = x
     return steps, seen - numeric
+
+
+def name_plan(columns, user: Mapping[str, str], keep_names: bool) -> tuple[dict[str, str], dict[str, str]]:
+    """(rename, copies) for a log's columns. rename: logged name -> arldiag name (``--rename`` first, then the
+    alias table; a column already named as arldiag names it keeps its name, and of two logged names for one
+    metric the first in the file wins, the other keeps its own name). copies: ``task_score`` / ``val_score`` ->
+    the logged column they are read from (arldiag.aliases.task_score_source)."""
+    from arldiag.aliases import TASK_SCORE, VAL_SCORE, alias_table, resolve_name, task_score_source, val_score_source
+
+    cols = list(dict.fromkeys(columns))
+    table = {} if keep_names else alias_table()
+    taken = {c for c in cols if c not in user and (keep_names or resolve_name(c, table) in (None, c))}
+    rename: dict[str, str] = {}
+    for c in cols:
+        to = user.get(c) or (None if keep_names else resolve_name(c, table))
+        if to is None or to == c:
+            continue
+        if to in taken and c not in user:
+            continue
+        rename[c] = to
+        taken.add(to)
+    copies = {}
+    for to, src in ((TASK_SCORE, task_score_source(cols)), (VAL_SCORE, val_score_source(cols))):
+        if src is not None and src != to and to not in taken:
+            copies[to] = src
+    return rename, copies
 
 
 def parse_renames(items: list[str]) -> dict[str, str]:
@@ -135,7 +152,6 @@ def import_steps(file: str, out: str, step_column: str | None = None, fmt: str |
     verl/TRL names are renamed to arldiag's (``known_names``) unless ``keep_names``; ``rename`` wins over both."""
     from arldiag.importers import STEP_READERS
 
-    rename = {**({} if keep_names else known_names()), **(rename or {})}
     from arldiag.collectors.collector import Collector
 
     path = Path(file)
@@ -151,17 +167,77 @@ def import_steps(file: str, out: str, step_column: str | None = None, fmt: str |
         raise ValueError(f"file: {file!r} is a folder; format {fmt} reads a file")
     step_column = step_column or STEP_READERS[fmt][1]
     _check_new_run(out)
-    steps, never_numeric = load_steps(path, fmt, step_column, rename)
-    if not steps:
+    raw, never_numeric = load_steps(path, fmt, step_column)
+    if not raw:
         raise ValueError(f"file: {file!r} holds no rows")
+    columns = [c for m in raw.values() for c in m]
+    plan, copies = name_plan(columns, dict(rename or {}), keep_names)
+    steps = {}
+    for st, m in raw.items():
+        row = {plan.get(k, k): v for k, v in m.items()}
+        for to, src in copies.items():
+            if src in m:
+                row[to] = m[src]
+        steps[st] = row
     if never_numeric:
         print(f"arldiag import: skipped non-numeric column(s): {', '.join(sorted(never_numeric))}", file=sys.stderr)
-    config = {"imported_from": str(path), "import_format": fmt, "step_column": step_column}
+    from arldiag.detectors.batch import log_interval
+
+    interval = log_interval(sorted(s for s, m in steps.items() if _training(m)))
+    config = {"imported_from": str(path), "import_format": fmt, "step_column": step_column,
+              "log_interval_steps": interval, "renamed": plan, "task_score_from": copies.get("task_score"),
+              "val_score_from": copies.get("val_score")}
     with Collector(out, config=config, clip=tuple(clip), name=name, algorithm=algorithm, strict=True) as col:
         for step in sorted(steps):
             col.record_step(step, metrics=steps[step])
+    report_mapping(list(dict.fromkeys(columns)), plan, copies, steps, interval)
     report_missing(set().union(*steps.values()), tables=("tokens", "sequences", "turns", "groups"))
     return len(steps)
+
+
+def _training(metrics: Mapping[str, float]) -> bool:
+    from arldiag.aliases import is_validation
+
+    return any(not is_validation(k) for k in metrics)
+
+
+def report_mapping(columns: list[str], plan: Mapping[str, str], copies: Mapping[str, str],
+                   steps: Mapping[int, Mapping[str, float]], interval: int) -> None:
+    """Print what was mapped, the task score and its scale, what was not recognised and which detectors run."""
+    from arldiag.aliases import TASK_SCORE, is_validation, score_bounds
+    from arldiag.detectors.registry import REGISTRY
+    from arldiag.schema import STEP_METRIC_NAMES
+
+    out = sys.stderr
+    n_val = sum(1 for m in steps.values() if not _training(m))
+    print(f"arldiag import: {len(steps)} logged points, one every {interval} optimizer step(s)"
+          + (f"; {n_val} carry validation metrics only" if n_val else ""), file=out)
+    if plan:
+        print("arldiag import: mapped " + ", ".join(f"{a} -> {b}" for a, b in plan.items()), file=out)
+    src = copies.get(TASK_SCORE)
+    if src is not None or any(TASK_SCORE in m for m in steps.values()):
+        vals = [m[TASK_SCORE] for m in steps.values() if TASK_SCORE in m]
+        b = score_bounds(vals)
+        scale = f"on [{b[0]:g}, {b[1]:g}]" if b else "on its own scale (no fixed bounds)"
+        print(f"arldiag import: task score = {src or TASK_SCORE} ({len(vals)} points, {scale})", file=out)
+    else:
+        print("arldiag import: no task score recognised (no success rate, accuracy, score or reward column): the "
+              "score_collapse detector and the collapse label cannot run; name it with --rename COLUMN=task_score",
+              file=out)
+    if copies.get("val_score"):
+        print(f"arldiag import: validation score = {copies['val_score']}", file=out)
+    known = set(STEP_METRIC_NAMES) | {TASK_SCORE, "val_score", "grad_norm", "lr", "loss", "pg_loss"}
+    unknown = [c for c in columns if plan.get(c, c) not in known and not is_validation(c)
+               and c not in copies.values()]
+    if unknown:
+        shown = ", ".join(unknown[:12]) + (f", ... ({len(unknown) - 12} more)" if len(unknown) > 12 else "")
+        print(f"arldiag import: kept under their own names (not read by any detector): {shown}", file=out)
+    have = set().union(*steps.values())
+    can = [n for n, d in REGISTRY.items() if any(c in have for c in d.inputs)]
+    print(f"arldiag import: detectors that can run: {', '.join(can) or 'none'}", file=out)
+    if not can:
+        print("arldiag import: warning: no detector can read this log; map its columns with --rename OLD=NEW "
+              "(docs/integrations/importers.md lists the names arldiag reads)", file=out)
 
 
 def _check_new_run(out: str) -> None:

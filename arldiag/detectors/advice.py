@@ -130,6 +130,13 @@ REMEDIES: dict[str, tuple[Remedy, ...]] = {
     "length_growth": (_r("use an overlong penalty (DAPO)"),
                       _r("use token-mean loss aggregation", token_mean, None),
                       _r("read the longest responses")),
+    "length_shrink": (_r("read the shortest responses and check the reward for a shortcut that scores without "
+                         "reasoning"), LOWER_LR,
+                      _r("keep a KL loss to the reference (verl actor_rollout_ref.actor.use_kl_loss=True, TRL beta)",
+                         kl_loss, None)),
+    "score_collapse": (_r("stop and roll back to the last checkpoint before the first warning"),
+                       _r("apply the precursors' recommendations (learning rate, clip range, length and entropy "
+                          "settings) before resuming"),),
     "success_collapse": (_r("roll back to the last checkpoint before the first warning and apply the leading "
                             "detectors' recommendations"),),
     "mismatch_drift": (_r("use truncated IS (TIS, C = 2) or masked IS (IcePop, [0.5, 5])"),

@@ -9,6 +9,7 @@ it runs inside the training process.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -16,7 +17,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 if TYPE_CHECKING:  # pragma: no cover
     from arldiag.detectors.window import Window
 
-LEVELS = ("ok", "watch", "warning", "critical")  # index = level; a rule returns level 1..3 when it fires
+LEVELS = ("ok", "watch", "warning", "critical")
+# Parameters that are windows in optimizer steps -> the fewest logged points each may shrink to when a run logs
+# every few steps (Detector.at_interval): a TRL run logged every 5 steps reads a 10-step baseline from 3 points.
+WINDOW_PARAMS = {"smooth": 2, "baseline_steps": 3, "trend_steps": 3, "warmup": 2, "min_history": 3, "lag": 1,
+                 "cov_steps": 3}  # index = level; a rule returns level 1..3 when it fires
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,17 @@ class Detector:
             raise ValueError(f"detector {self.name!r} has no parameter(s) {sorted(unknown)}; "
                              f"known: {sorted(self.params)}")
         return dataclasses.replace(self, params={**self.params, **overrides})
+
+    def at_interval(self, interval: int) -> "Detector":
+        """The detector for a run logged every ``interval`` optimizer steps: each window parameter
+        (``WINDOW_PARAMS``, declared in optimizer steps) becomes the number of logged points that covers as many
+        steps, ceil(k / interval), and at least the parameter's minimum of points (a smoothing over one point is
+        none). ``interval`` 1 returns the detector unchanged."""
+        if interval <= 1:
+            return self
+        over = {k: max(min(WINDOW_PARAMS[k], int(v)), math.ceil(int(v) / interval))
+                for k, v in self.params.items() if k in WINDOW_PARAMS and isinstance(v, int)}
+        return self.with_params(**over) if over else self
 
     def evaluate(self, window: "Window", state: dict) -> "Signal | None":
         return self.rule(window, state, self.params)

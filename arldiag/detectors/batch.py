@@ -13,8 +13,8 @@ from typing import Any
 from arldiag.detectors.advice import settings_of, with_actions
 from arldiag.detectors.base import Detector
 from arldiag.detectors.engine import Evaluator
-from arldiag.detectors.label import (EVAL_COLUMN, FORMAT_COLUMNS, REWARD_COLUMN, SUCCESS_COLUMNS, run_decline,
-                                     run_events)
+from arldiag.detectors.label import (EVAL_COLUMN, FORMAT_COLUMNS, REWARD_COLUMN, SCORE_COLUMN, SUCCESS_COLUMNS,
+                                     run_decline, run_events)
 from arldiag.detectors.risk import RiskConfig
 from arldiag.findings import Finding
 
@@ -52,12 +52,14 @@ class RunEvaluation:
 
 
 def evaluate_run(run, name: str, names=None, risk: RiskConfig | None = None,
-                 risk_model: str | None = None) -> RunEvaluation:
+                 risk_model: str | None = None, levels_out: list | None = None) -> RunEvaluation:
+    """Replay one run through the Evaluator; ``levels_out`` (a list) receives each step's {detector: level}."""
     # A user metric named like a derived one already fills it in the steps view where arldiag recorded nothing,
     # exactly as the Collector does online, so both evaluators see the same series.
     df = steps_frame(run, name)
-    ev = Evaluator(names, risk=risk, config=settings_of(getattr(run, "manifests", {}).get(name)),
-                   risk_model=risk_model)
+    manifest = getattr(run, "manifests", {}).get(name)
+    ev = Evaluator(names, risk=risk, config=settings_of(manifest), risk_model=risk_model,
+                   interval=log_interval(df["step"].tolist() if len(df) else [], manifest))
     cols = [c for c in ev.window.columns if c in df.columns]
     timeline = []
     steps = [int(s) for s in df["step"].tolist()] if len(df) else []
@@ -69,7 +71,22 @@ def evaluate_run(run, name: str, names=None, risk: RiskConfig | None = None,
             ev.config = with_actions(ev.config, [pending.pop(0)[1]])
         r = ev.update(step, rec)
         timeline.append((step, r.risk, r.state, r.top))
+        if levels_out is not None:
+            levels_out.append({n: sig.level for n, sig in r.signals.items()})
     return RunEvaluation(name, ev, steps, timeline, df)
+
+
+def log_interval(steps, manifest=None) -> int:
+    """Optimizer steps between logged points: the manifest's ``config.log_interval_steps`` (written by
+    `arldiag import`), else the median gap of the logged steps (1 for a run logged every step)."""
+    given = ((manifest or {}).get("config") or {}).get("log_interval_steps")
+    if isinstance(given, (int, float)) and given >= 1:
+        return int(given)
+    gaps = [b - a for a, b in zip(steps, steps[1:]) if b > a]
+    if not gaps:
+        return 1
+    gaps.sort()
+    return max(1, int(gaps[len(gaps) // 2]))
 
 
 def actions_of(run, name: str) -> list[tuple[int, str]]:
@@ -152,7 +169,8 @@ def _run_findings(run, name: str, re: RunEvaluation, evidence: bool) -> list[Fin
 def _outcomes(frame) -> dict:
     """The outcome series the label reads, as float arrays."""
     return {c: frame[c].astype("float64").to_numpy()
-            for c in SUCCESS_COLUMNS + FORMAT_COLUMNS + (EVAL_COLUMN, REWARD_COLUMN) if c in frame.columns}
+            for c in SUCCESS_COLUMNS + FORMAT_COLUMNS + (EVAL_COLUMN, REWARD_COLUMN, SCORE_COLUMN)
+            if c in frame.columns}
 
 
 def events_of(frame, **rule: Any) -> tuple[int | None, list[tuple[int, int]]]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from arldiag.aliases import TASK_SCORE
 from arldiag.detectors.label import EVAL_COLUMN, REWARD_COLUMN
 from arldiag.detectors.window import Window, count_finite, early_baseline, running_max, slope, tail_mean
 
@@ -24,7 +25,7 @@ BATCH_COLUMNS = ("success_rate", "success_frac")
 # read as a success rate only while every value the run logged lies in [0, 1] (accuracy and format rewards, pass
 # rates); a run whose reward leaves [0, 1] once has no outcome from then on, as before, since "near its peak" and
 # "high" mean nothing on an unknown scale. The collapse label (detectors/label.py) falls back to it the same way.
-OUTCOME_COLUMNS = (EVAL_COLUMN,) + BATCH_COLUMNS + (REWARD_COLUMN,)
+OUTCOME_COLUMNS = (EVAL_COLUMN,) + BATCH_COLUMNS + (TASK_SCORE, REWARD_COLUMN)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,17 @@ class OutcomeTracker:
             last = ev[-1] if ev.size else math.nan
         else:
             col = next((c for c in BATCH_COLUMNS if np.isfinite(w.series(c)).any()), None)
+            if col is None and not self.state.get("score_off") and np.isfinite(w.series(TASK_SCORE)).any():
+                # a real run's task score (arldiag.aliases) on [0, 1], or +1/-1 read as (x + 1) / 2
+                t = w.series(TASK_SCORE)
+                v = t[-1]
+                if math.isfinite(v):
+                    self.state["neg"] = self.state.get("neg", False) or v < 0
+                    if not -1.0 <= v <= 1.0:
+                        self.state["score_off"] = True
+                if not self.state.get("score_off"):
+                    x = (t + 1.0) / 2.0 if self.state.get("neg") else t
+                    return self._outcome(TASK_SCORE, x, tail_mean(x, self.smooth), x[-1])
             if col is None and not self.state.get("reward_off"):
                 r = w.series(REWARD_COLUMN)
                 if r.size and math.isfinite(r[-1]) and not 0.0 <= r[-1] <= 1.0:
@@ -93,6 +105,9 @@ class OutcomeTracker:
                 return UNKNOWN
             x = w.series(col)
             cur, last = tail_mean(x, self.smooth), x[-1]
+        return self._outcome(col, x, cur, last)
+
+    def _outcome(self, col: str, x: np.ndarray, cur: float, last: float) -> Outcome:
         self.state["last"] = cur
         n = count_finite(self.state, "n", last)
         base = early_baseline(self.state, "base", last, self.baseline if col != EVAL_COLUMN else 2)

@@ -17,9 +17,10 @@ from arldiag.detectors.advice import advise
 from arldiag.detectors.base import LEVELS, Detector, Signal
 from arldiag.detectors.context import OUTCOME_COLUMNS, OutcomeTracker
 from arldiag.detectors.registry import resolve
-from arldiag.detectors.risk import (AlertState, RiskConfig, calibrated_model, calibrated_risk, combine_risk,
+from arldiag.detectors.risk import (AlertState, RiskConfig, calibrated_model, calibrated_risk, combine_risk, profile_of,
                                     detector_levels, level_of)
-from arldiag.detectors.window import Window
+from arldiag.aliases import VAL_SCORE, is_validation
+from arldiag.detectors.window import Window, as_float
 from arldiag.findings import Finding
 
 WINDOW_SIZE = 32
@@ -67,13 +68,13 @@ class StepResult:
 
 class Evaluator:
     def __init__(self, detectors=None, risk: RiskConfig | None = None, window_size: int = WINDOW_SIZE,
-                 config: Mapping | None = None, risk_model: str | None = None) -> None:
+                 config: Mapping | None = None, risk_model: str | None = None, interval: int | None = None) -> None:
         risk_model = calibrated_model() if risk_model is None else risk_model  # None: the calibrated default
         if risk_model not in RISK_MODELS:
             raise ValueError(f"risk_model must be one of {', '.join(RISK_MODELS)}, got {risk_model!r}")
         self.detectors: list[Detector] = resolve(detectors)
         self.config = dict(config or {})  # the run's settings (advice.settings_of): recommendations fit them
-        cols = dict.fromkeys([c for d in self.detectors for c in d.columns] + list(OUTCOME_COLUMNS))
+        cols = dict.fromkeys([c for d in self.detectors for c in d.columns] + list(OUTCOME_COLUMNS) + [VAL_SCORE])
         self.window = Window(cols, window_size)
         self.outcome = OutcomeTracker()
         self.learned = None
@@ -88,15 +89,62 @@ class Evaluator:
         # folded into its bias so that it maps to the class defaults' warning threshold
         self.risk_model = risk_model
         self.risk_cfg = risk or (calibrated_risk() if self.learned is None else RiskConfig())
+        # without given settings, the first step picks the calibrated profile (token statistics or step scalars)
+        self._pick_profile = risk is None and self.learned is None
+        self.profile: str | None = None
         self.alert = AlertState(self.risk_cfg)
+        # optimizer steps between logged points: given (the run's manifest, the batch evaluator's step column) or
+        # read off the first two steps online; every window of the rules and the alert state is in optimizer steps
+        self.interval: int | None = None
+        self._carry: dict[str, object] = {}
+        self._columns = set(self.window.columns) - {"step"}
+        if interval is not None:
+            self._set_interval(interval)
         self.last_step: int | None = None
         self.n_steps = 0
         self.max_risk = 0.0
+        self.last_risk = 0.0
+
+    def _set_interval(self, interval: int) -> None:
+        self.interval = max(1, int(interval))
+        if self.interval > 1:
+            self.detectors = [d.at_interval(self.interval) for d in self.detectors]
+            self.alert = AlertState(self.risk_cfg.at_interval(self.interval))
+
+    def _validation_only(self, metrics: Mapping[str, object]) -> bool:
+        """A row of a validation step alone: a finite validation metric and no finite training metric the rules
+        read (a row with nothing finite at all is a step that logged nothing, and the rules see it)."""
+        val = train = False
+        for k, v in metrics.items():
+            if math.isfinite(as_float(v)):
+                if is_validation(str(k)):
+                    val = True
+                elif k in self._columns:
+                    train = True
+        return val and not train
 
     def update(self, step: int, metrics: Mapping[str, object]) -> StepResult:
         step = int(step)
         if self.last_step is not None and step <= self.last_step:
             raise ValueError(f"step must increase: got {step} after {self.last_step}")
+        if self.profile is None:
+            self.profile = profile_of(metrics)
+            if self._pick_profile and self.profile != "tokens":
+                self.risk_cfg = calibrated_risk(profile=self.profile)
+                self.alert = AlertState(self.risk_cfg.at_interval(self.interval or 1))
+        if self.interval is None and self.last_step is not None:
+            self._set_interval(step - self.last_step)
+        if self.n_steps and self._validation_only(metrics):
+            # a validation-only row (verl logs val metrics at their own step): its values join the next training
+            # row, and the series of the rules is not broken by a row of NaN
+            self._carry.update({k: v for k, v in metrics.items() if math.isfinite(as_float(v))})
+            self.last_step = step
+            st = self.alert.state
+            return StepResult(step, self.last_risk, st, st, {}, [], None, LEVELS[level_of(self.last_risk,
+                                                                                          self.risk_cfg.enter)])
+        if self._carry:
+            metrics = {**self._carry, **metrics}
+            self._carry = {}
         self.window.push(step, metrics)
         self.window.context = self.outcome.update(self.window)
         signals: dict[str, Signal] = {}
@@ -127,6 +175,7 @@ class Evaluator:
         prev = self.alert.state
         self.alert.update(risk)
         self.last_step = step
+        self.last_risk = risk
         self.n_steps += 1
         self.max_risk = max(self.max_risk, risk)
         top = max(signals, key=lambda n: signals[n].level) if signals else None

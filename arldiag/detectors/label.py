@@ -119,6 +119,60 @@ def _unit_reward(columns: Mapping[str, Sequence[float]]) -> bool:
     return bool(r.size) and bool(np.all((r >= 0.0) & (r <= 1.0)))
 
 
+# The task score of a real run (arldiag.aliases: critic/score/mean, the reward, an accuracy; any scale) is
+# labelled by the rule of the real development runs (../shared/real_runs/README.md), which reproduces every
+# label there: a = the score on [0, 1] ((a + 1) / 2 for +1/-1 scores, min-max for an unknown scale); m = centred
+# 5-point mean; the collapse is the first point where a <= 1/3 of the best m before it, the mean of a over that
+# point and the next 4 is too, m never comes back above 1/2 of that best, at least 5 points follow, best >= 0.02.
+SCORE_COLUMN = "task_score"
+
+
+def unit_score(y: Sequence[float]) -> np.ndarray:
+    """The score on [0, 1]: as logged when it lies in [0, 1], (y + 1) / 2 on [-1, 1], else min-max scaled."""
+    from arldiag.aliases import score_bounds
+
+    y = np.asarray(y, dtype=np.float64)
+    b = score_bounds(y.tolist())
+    if b == (0.0, 1.0):
+        return y
+    if b == (-1.0, 1.0):
+        return (y + 1.0) / 2.0
+    fin = y[np.isfinite(y)]
+    if not fin.size or fin.max() <= fin.min():
+        return np.zeros_like(y)
+    return (y - fin.min()) / (fin.max() - fin.min())
+
+
+def centred_mean(a: np.ndarray, width: int = 5) -> np.ndarray:
+    """Mean of the finite values among a[t - width//2 .. t + width//2] (NaN if none)."""
+    h = width // 2
+    out = np.full(a.shape, np.nan)
+    for t in range(a.size):
+        seg = a[max(0, t - h):t + h + 1]
+        seg = seg[np.isfinite(seg)]
+        if seg.size:
+            out[t] = seg.mean()
+    return out
+
+
+def score_collapse_index(y: Sequence[float], frac: float = 1 / 3, keep: float = 0.5, confirm: int = 5,
+                         follow: int = 5, min_best: float = 0.02) -> int | None:
+    """Index of the task score's collapse under the rule above (over its logged points), or None."""
+    a = unit_score(y)
+    ok = np.isfinite(a)
+    idx = np.flatnonzero(ok)
+    a = a[ok]
+    m = centred_mean(a)
+    n = a.size
+    for t in range(1, n):
+        best = float(np.nanmax(m[:t]))
+        if not best >= min_best or n - 1 - t < follow:
+            continue
+        if a[t] <= frac * best and a[t:t + confirm].mean() <= frac * best and np.all(m[t:] <= keep * best):
+            return int(idx[t])
+    return None
+
+
 def run_events(steps: Sequence[int], columns: Mapping[str, Sequence[float]], window: int = 10, frac: float = 0.5,
                min_peak: float = 0.2, min_tail: int = 5) -> tuple[int | None, list[tuple[int, int]]]:
     """(collapse step, recovered dips [(first, last) step]) of a run: eval_success when logged (else the first
@@ -126,6 +180,13 @@ def run_events(steps: Sequence[int], columns: Mapping[str, Sequence[float]], win
     collapse wins; dips are merged when they overlap, and a dip inside the collapse (from the other series) is
     dropped."""
     steps = np.asarray(list(steps))
+    ts = columns.get(SCORE_COLUMN)
+    if ts is not None and np.isfinite(np.asarray(ts, dtype=np.float64)).any() and not any(
+            np.isfinite(np.asarray(columns[c], dtype=np.float64)).any() for c in SUCCESS_COLUMNS + (EVAL_COLUMN,)
+            if c in columns):
+        # a real run's task score (no success flag of arldiag's own): the rule of the real development runs
+        i = score_collapse_index(ts)
+        return (None if i is None else int(steps[i])), []
     found, dips = [], []
     ev = columns.get(EVAL_COLUMN)
     groups = (SUCCESS_COLUMNS + ((REWARD_COLUMN,) if _unit_reward(columns) else ()), FORMAT_COLUMNS)

@@ -10,6 +10,7 @@ risk has stayed below (threshold - exit_margin) for exit_steps consecutive steps
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections import deque
@@ -36,6 +37,15 @@ class RiskConfig:
     # signal it still warns): the false-alarm sources on the dev runs, chosen by benchmarks/calibrate.py
     demote: tuple[str, ...] = ()
 
+    def at_interval(self, interval: int) -> "RiskConfig":
+        """The same hysteresis for a run logged every ``interval`` optimizer steps: enter_steps, exit_steps and
+        critical_steps are optimizer steps, so each becomes ceil(k / interval) logged points (at least 1)."""
+        if interval <= 1:
+            return self
+        rows = lambda k: max(1, math.ceil(k / interval))  # noqa: E731
+        return dataclasses.replace(self, enter_steps=rows(self.enter_steps), exit_steps=rows(self.exit_steps),
+                                   critical_steps=rows(self.critical_steps))
+
     def __post_init__(self) -> None:
         if list(self.enter) != sorted(self.enter) or not all(0 < t <= 1 for t in self.enter):
             raise ValueError(f"enter must be ascending thresholds in (0, 1], got {self.enter}")
@@ -52,15 +62,34 @@ class RiskConfig:
 CALIBRATED = Path(__file__).with_name("calibrated.json")  # written by benchmarks/calibrate.py (dev runs only)
 
 
-def calibrated_risk(path: Path = CALIBRATED) -> RiskConfig:
-    """RiskConfig with the fields benchmarks/calibrate.py chose on the dev runs (``risk`` in calibrated.json) when
-    the file says ``"apply": true`` (a fit on a real dev split, or ``--apply``); the class defaults otherwise (no
-    file, or a stand-in fit that only proposes values)."""
+# Evidence profiles: a run with token statistics (a Collector's record_update: the reference trainer, the TRL and
+# verl hooks) and a run with step scalars only (an imported log, a trainer that forwards its logged metrics). The
+# two see different detectors (no token-level rule can run on step scalars), so each has its own fitted risk
+# settings: ``risk`` and ``risk_steps`` in calibrated.json.
+PROFILES = ("tokens", "steps")
+
+
+def profile_of(metrics: Mapping[str, object]) -> str:
+    """"tokens" when the step carries token statistics (n_tokens > 0), else "steps"."""
+    try:
+        n = float(metrics.get("n_tokens"))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return "steps"
+    return "tokens" if n > 0 else "steps"
+
+
+def calibrated_risk(path: Path = CALIBRATED, profile: str = "tokens") -> RiskConfig:
+    """RiskConfig with the fields the calibration chose on the dev runs (``risk``, or ``risk_steps`` for the
+    step-scalar profile, in calibrated.json) when the file says ``"apply": true`` (a fit on a real dev split, or
+    ``--apply``); the class defaults otherwise (no file, or a stand-in fit that only proposes values)."""
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return RiskConfig()
-    fields = (data.get("risk") or {}) if data.get("apply") is True else {}
+    key = "risk" if profile == "tokens" else "risk_steps"
+    fields = (data.get(key) or {}) if data.get("apply") is True else {}
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
     return RiskConfig(**fields)
 

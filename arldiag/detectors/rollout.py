@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from arldiag.aliases import TASK_SCORE
 from arldiag.detectors.base import Detector, Signal, strongest
 from arldiag.detectors.context import REWARD_COLUMN, outcome_of
 from arldiag.detectors.window import (count_finite, early_baseline, first_available, grade_above, grade_below,
@@ -61,16 +62,17 @@ def zero_std_groups_rule(w, state, p) -> Signal | None:
     col = first_available(w, ("success_frac", "success_rate"))
     s = tail_mean(w.series(col), p["smooth"]) if col else math.nan
     ctx = outcome_of(w)
-    if col is None and ctx.source == REWARD_COLUMN and ctx.known:
-        # a reward in [0, 1] bounds the all-zero groups the same way: their share z gives mean <= 1 - z
-        col, s = REWARD_COLUMN, ctx.level
+    if col is None and ctx.source in (REWARD_COLUMN, TASK_SCORE) and ctx.known:
+        # a reward (or task score) on [0, 1] bounds the all-zero groups the same way: their share z gives
+        # mean <= 1 - z
+        col, s = ctx.source, ctx.level
     starved = min(cur, 1.0 - s) if math.isfinite(s) else cur
     lv = grade_above(starved, p["levels"])
     if not lv:
         return None
     note = f"{cur:.0%} of groups have identical returns (lowest so far {low:.0%})"
     if math.isfinite(s):
-        what = "mean reward" if col == REWARD_COLUMN else "success"
+        what = {REWARD_COLUMN: "mean reward", TASK_SCORE: "task score"}.get(col, "success")
         note += f"; {what} {s:.2f}, so at most {starved:.0%} of groups fail throughout"
     return Signal(lv, starved, "zero_std_group_frac", note)
 
@@ -103,6 +105,11 @@ def length_growth_rule(w, state, p) -> Signal | None:
     tr = tail_mean(t, p["smooth"])
     n_tr = count_finite(state, "n_trunc", t[-1])
     tr_low = running_min(state, "trunc_min", tr) if n_tr >= p["smooth"] else math.nan
+    # the rise counts from the higher of the lowest level so far and the early level: a run that starts at the
+    # length cap (an untrained model that rambles) and learns to stop has not "grown" when it drifts back up
+    tr_base = early_baseline(state, "trunc", t[-1], p["baseline_steps"])
+    if math.isfinite(tr_base) and math.isfinite(tr_low):
+        tr_low = max(tr_low, tr_base)
     if n_tr >= p["warmup"] and math.isfinite(tr) and math.isfinite(tr_low) and tr - tr_low >= p["trunc_min_rise"]:
         parts.append((grade_above(tr, p["trunc_levels"]), tr, "truncated_frac", f"{tr:.0%} of responses truncated"))
     return strongest(parts)
@@ -120,6 +127,40 @@ LENGTH_GROWTH = Detector(
     recommendation="Use an overlong penalty (DAPO), token-mean loss aggregation, and read the longest responses.",
     source="DAPO (overlong reward shaping); verl response_length/clip_ratio",
     evidence_sql="response_length", evidence_where="response_length is not null",
+)
+
+
+def length_shrink_rule(w, state, p) -> Signal | None:
+    x = w.series("response_length_mean")
+    cur = tail_mean(x, p["smooth"])
+    base = early_baseline(state, "len", x[-1] if x.size else math.nan, p["baseline_steps"])
+    t = w.series("truncated_frac")
+    trunc0 = early_baseline(state, "trunc", t[-1] if t.size else math.nan, p["baseline_steps"])
+    if not (math.isfinite(cur) and math.isfinite(base)) or base <= 0:
+        return None
+    if math.isfinite(trunc0) and trunc0 > p["trunc_max"]:
+        return None  # it started at the length cap: getting shorter is learning to stop, not a collapse
+    lv = grade_below(cur / base, p["frac_levels"])
+    if not lv:
+        return None
+    return Signal(lv, cur, "response_length_mean",
+                  f"mean response length {cur:.0f} = {cur / base:.0%} of its early level {base:.0f}")
+
+
+LENGTH_SHRINK = Detector(
+    name="length_shrink",
+    title="Responses shrink",
+    inputs=("response_length_mean",),
+    columns=("truncated_frac",),
+    rule=length_shrink_rule,
+    params=dict(smooth=5, baseline_steps=10, trunc_max=0.3, frac_levels=(0.6, 0.5, 0.3)),
+    explanation="Responses became much shorter than early in training although few were cut at the length limit "
+                "then: the policy is learning to answer without reasoning (or with an empty answer), which the "
+                "reward soon punishes. A run that starts at the length cap and learns to stop is not flagged.",
+    recommendation="Read the shortest responses; check the reward for a shortcut (an answer-only or empty "
+                   "completion that scores); lower the learning rate; keep a length floor or KL to the reference.",
+    source="real development runs (TRL GRPO rho sweep: 230 -> 110 tokens 25 steps before the collapse)",
+    evidence_sql="-response_length", evidence_where="response_length is not null",
 )
 
 
@@ -147,4 +188,4 @@ SUCCESS_COLLAPSE = Detector(
     lagging=True,
 )
 
-DETECTORS = [FORMAT_COLLAPSE, ZERO_STD_GROUPS, LENGTH_GROWTH, SUCCESS_COLLAPSE]
+DETECTORS = [FORMAT_COLLAPSE, ZERO_STD_GROUPS, LENGTH_GROWTH, LENGTH_SHRINK, SUCCESS_COLLAPSE]

@@ -47,6 +47,7 @@ class ScoreConfig:
     window: int = 40            # NAB window before the collapse (steps)
     after: int = 10             # NAB window after the collapse (late detection still scores a little)
     alarm_gap: int = 20         # an episode that cleared this close before the window is build-up, not false
+    late_points: int = 3        # "alarmed by the collapse": an onset no later than this many logged points after it
     a_tp: float = 1.0
     a_fp: float = 0.11
     a_fn: float = 1.0
@@ -81,9 +82,11 @@ def nab_sigma(y: float) -> float:
 
 def score_run(steps: Sequence[int], states: Sequence[str], collapse: int | None,
               dips: Sequence[tuple[int, int]] = (), tops: Mapping[int, str | None] | None = None,
-              faults: Sequence[str] = (), cfg: ScoreConfig = ScoreConfig(), decline: int | None = None) -> dict:
+              faults: Sequence[str] = (), cfg: ScoreConfig = ScoreConfig(), decline: int | None = None,
+              interval: int = 1, ambiguous: bool = False) -> dict:
     """Score one run's alert-state series (see the module doc). ``tops``: step -> leading detector (fault runs);
-    ``decline``: the step at which the run declined (ignored when it collapsed)."""
+    ``decline``: the step at which the run declined (ignored when it collapsed); ``interval``: optimizer steps
+    between logged points (for ``late_points``); ``ambiguous``: a run its label marks ambiguous, scored apart."""
     steps = list(steps)
     eps = episodes(steps, states)
     c = collapse
@@ -92,6 +95,8 @@ def score_run(steps: Sequence[int], states: Sequence[str], collapse: int | None,
     in_dip = lambda s: any(a <= s <= b for a, b in dip_windows)  # noqa: E731
     in_decline = lambda s: dec is not None and s >= dec - cfg.window  # noqa: E731
     kind = "collapse" if c is not None else ("fault" if faults else ("decline" if dec is not None else "stable"))
+    if ambiguous:
+        kind = "ambiguous"
     early = c is not None and c < (steps[0] if steps else 0) + cfg.warmup + cfg.min_lead
     false_eps, dip_eps, decline_eps, build_up, lead_ep, planted = [], [], [], [], None, []
     for a, b in eps:
@@ -130,6 +135,9 @@ def score_run(steps: Sequence[int], states: Sequence[str], collapse: int | None,
             nab -= cfg.a_fn
     nab -= cfg.a_fp * len(false_eps)
     caught = {t: (lead is not None and (early or lead >= t)) for t in (cfg.min_lead, 2 * cfg.min_lead)}
+    # a warning before the collapse (in its window) or within late_points logged points after it
+    late = cfg.late_points * max(1, int(interval))
+    alarmed_late = c is not None and (lead_ep is not None or any(c - cfg.window <= a <= c + late for a, _ in eps))
     return {"kind": kind, "collapse_step": c, "early_collapse": bool(early), "dips": [list(d) for d in dips],
             "episodes": [[a, b] for a, b in eps], "lead_time": lead,
             "lead_episode": list(lead_ep) if lead_ep else None,
@@ -138,7 +146,8 @@ def score_run(steps: Sequence[int], states: Sequence[str], collapse: int | None,
             "build_up_episodes": len(build_up), "planted_episodes": len(planted),
             "steps": len(steps), "warning_share": warn_all / len(steps) if steps else 0.0,
             "healthy_steps": len(healthy), "healthy_steps_in_warning": warn_healthy,
-            f"caught_at_{cfg.min_lead}": caught[cfg.min_lead],
+            f"caught_at_{cfg.min_lead}": caught[cfg.min_lead], "alarmed_by_late_points": bool(alarmed_late),
+            "first_episode_step": eps[0][0] if eps else None,
             f"caught_at_{2 * cfg.min_lead}": caught[2 * cfg.min_lead], "nab_raw": nab}
 
 
@@ -160,6 +169,10 @@ def summarize(rows: Sequence[dict], cfg: ScoreConfig = ScoreConfig()) -> dict:
         f"recall_at_{t1}": (sum(r[f"caught_at_{t1}"] for r in coll) / len(coll)) if coll else None,
         f"recall_at_{t2}": (sum(r[f"caught_at_{t2}"] for r in coll) / len(coll)) if coll else None,
         "early_caught": sum(r[f"caught_at_{t1}"] for r in coll if r["early_collapse"]),
+        "alarmed_by_late_points": sum(bool(r.get("alarmed_by_late_points")) for r in coll),
+        "warned_ahead": sum(bool(r[f"caught_at_{t1}"]) for r in coll),
+        "ambiguous": sum(r["kind"] == "ambiguous" for r in rows),
+        "stable_runs_without_warning": sum(1 for r in rows if r["kind"] == "stable" and not r["episodes"]),
         "median_lead": median(leads) if leads else None, "leads": sorted(leads),
         "false_alarm_episodes": fa, "healthy_steps": healthy,
         "false_alarms_per_100_healthy_steps": 100.0 * fa / healthy if healthy else None,

@@ -34,6 +34,8 @@ def healthy(n: int = N_STEPS, seed: int = 0) -> list[dict]:
             "zero_std_group_frac": max(0.0, 0.5 - 0.3 * u + e(0.03)),
             "response_length_mean": 100.0 + e(5), "truncated_frac": 0.02,
             "success_rate": 0.1 + 0.6 * u + e(0.03),
+            # a real run's task score on the +1/-1 scale (verl ReTool), rising like the success rate
+            "task_score": -0.8 + 1.2 * u + e(0.06),
             "mismatch_k3": 0.0005 + e(0.00005), "mismatch_chi2": 0.001, "mismatch_log_abs_max": 2.0 + e(0.2),
             "retok_mismatch_frac": 0.0,
         })
@@ -79,6 +81,10 @@ FIRING = {
                                                 success_rate=lambda r, k: max(0.0, 0.4 - 0.03 * k))),
     "length_growth": lambda h: _after(h, _set(response_length_mean=lambda r, k: 100.0 * (1 + 0.1 * k),
                                               truncated_frac=lambda r, k: min(0.9, 0.02 + 0.02 * k))),
+    # answers shrink to a third of their early length while none were cut at the limit
+    "length_shrink": lambda h: _after(h, _set(response_length_mean=lambda r, k: max(20.0, 100.0 * 0.93 ** k))),
+    # the +1/-1 score falls from about -0.2 (0.4 on [0, 1]) to -0.9 (0.05) and stays there
+    "score_collapse": lambda h: _after(h, _set(task_score=lambda r, k: -0.9 + 0.02 * math.sin(k))),
     "success_collapse": lambda h: _after(h, _set(success_rate=lambda r, k: max(0.0, 0.45 - 0.03 * k))),
     "mismatch_drift": lambda h: _after(h, _set(mismatch_k3=lambda r, k: 0.0005 * 1.3 ** min(k, 25))),
     "retok_drift": lambda h: _after(h, _set(retok_mismatch_frac=lambda r, k: 0.02)),

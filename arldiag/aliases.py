@@ -1,0 +1,203 @@
+"""Names other trainers log -> arldiag's step metric names, and which logged series is the run's task score.
+
+One table serves `arldiag import` (a log written elsewhere) and a live ``Collector.record_step(metrics=...)`` from
+a trainer that logs those names, so both give the detectors the same columns (docs/integrations/importers.md
+"Metric names" lists it). Standard library only: it runs inside the training process.
+
+* ``ALIASES``: an exact logged name -> the arldiag name (verl, TRL, OpenRLHF and common hand-written loops).
+  A name that is not in the table is looked up once more without a leading ``train/``, ``train_``, ``rollout/``,
+  ``metrics/`` or ``policy/`` (``train/entropy`` -> ``entropy``).
+* The *task score* (``task_score``): what the run is trained to raise, on whatever scale it is logged (0/1
+  accuracy, +1/-1 as verl's ReTool recipe, a sum of reward functions). ``task_score_source`` picks it from the
+  logged names: verl's ``critic/score/mean``; TRL's ``rewards/<fn>/mean`` of the accuracy-like reward function
+  when several are logged (``mc_idx_reward``, not ``think_format_reward``); an accuracy or success rate; else the
+  total reward. ``val_score_source`` picks a validation score the same way (``val-core/*/acc/mean@1``,
+  ``eval/answer_accuracy``, ``val/test_score/*``).
+* ``score_bounds``: the scale of a score from the values seen: [0, 1], [-1, 1], or unknown (None).
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping
+
+TASK_SCORE = "task_score"
+VAL_SCORE = "val_score"
+
+# exact logged name -> arldiag step metric. The schema's own sources (schema.STEP_METRICS[*].source, "verl
+# actor/ppo_kl") are added by ``alias_table``; this table holds the names the schema does not cite.
+ALIASES: dict[str, str] = {
+    # entropy of the policy's next-token distribution (token mean)
+    "actor/entropy": "entropy", "entropy": "entropy", "policy/entropy": "entropy", "entropy_mean": "entropy",
+    "mean_entropy": "entropy", "token_entropy": "entropy", "policy/entropy_avg": "entropy",
+    # gradient norm and learning rate
+    "actor/grad_norm": "grad_norm", "grad_norm": "grad_norm", "gradient_norm": "grad_norm",
+    "policy/grad_norm": "grad_norm", "actor_grad_norm": "grad_norm",
+    "actor/lr": "lr", "learning_rate": "lr", "lr": "lr", "actor_lr": "lr",
+    # KL to the reference policy: TRL's `kl` is the token-mean k3 (exp(x) - x - 1, x = lp_ref - lp)
+    "kl": "kl_ref_k3", "objective/kl": "kl_ref_k3", "kl_ref": "kl_ref_k3", "ref_kl": "kl_ref_k3",
+    # the PPO approximate KL between the updated and the old policy and the clip fraction
+    "actor/ppo_kl": "ppo_kl", "approx_kl": "ppo_kl", "ppo_kl": "ppo_kl", "policy/approxkl_avg": "ppo_kl",
+    "actor/pg_clipfrac": "pg_clipfrac", "clipfrac": "pg_clipfrac", "clip_frac": "pg_clipfrac",
+    "policy/clipfrac_avg": "pg_clipfrac", "pg_clipfrac": "pg_clipfrac", "clip_ratio": "pg_clipfrac",
+    "actor/pg_clipfrac_lower": "pg_clipfrac_lower",
+    # responses cut at the length limit, and their mean length
+    "response_length/clip_ratio": "truncated_frac", "completions/clipped_ratio": "truncated_frac",
+    "clipped_ratio": "truncated_frac", "truncated_ratio": "truncated_frac", "truncation_rate": "truncated_frac",
+    "truncated_frac": "truncated_frac", "response_clip_ratio": "truncated_frac",
+    "response_length/mean": "response_length_mean", "completions/mean_length": "response_length_mean",
+    "response_length": "response_length_mean", "mean_response_length": "response_length_mean",
+    "avg_response_length": "response_length_mean", "completion_length": "response_length_mean",
+    "response_length_mean": "response_length_mean", "gen_len": "response_length_mean",
+    "response_length/max": "response_length_max", "completions/max_length": "response_length_max",
+    "response_length/min": "response_length_min", "completions/min_length": "response_length_min",
+    # groups whose rollouts all got the same reward (no group-relative signal)
+    "frac_reward_zero_std": "zero_std_group_frac", "zero_std_group_frac": "zero_std_group_frac",
+    # the mean reward of the batch (verl's critic/rewards/mean includes the KL penalty when it is in the reward)
+    "reward": "reward_mean", "critic/rewards/mean": "reward_mean", "reward_mean": "reward_mean",
+    "mean_reward": "reward_mean", "avg_reward": "reward_mean", "rewards/mean": "reward_mean",
+    "reward/mean": "reward_mean", "env/reward_mean": "reward_mean", "reward_std": "reward_std",
+}
+PREFIXES = ("train/", "train_", "rollout/", "metrics/", "policy/", "training/")
+
+# task score candidates, in order of preference (exact names; then the patterns below)
+TASK_SCORE_NAMES = (
+    "critic/score/mean",  # verl: the task score before any KL penalty
+    "success_rate", "success", "train/success_rate", "rollout/success_rate", "env/success_rate",
+    "accuracy", "acc", "train/accuracy", "train/acc", "rollout/accuracy", "score", "train/score", "rollout/score",
+    "correct", "pass_rate", "solve_rate",
+)
+# totals, used when nothing more specific is logged
+REWARD_TOTALS = ("reward", "rollout/reward", "train/reward", "reward_mean", "mean_reward", "avg_reward",
+                 "rewards/mean", "reward/mean", "env/reward_mean", "critic/rewards/mean", "rollout/rewards",
+                 "train/rewards", "rewards")
+_REWARD_FN = re.compile(r"^(?:train/)?rewards/(?P<fn>[^/]+)/mean$")
+_TASKLIKE = re.compile(r"acc|correct|answer|exact|match|math|gsm|solve|success|pass|verif|task|mc|score|idx|em\b",
+                       re.I)
+_AUXLIKE = re.compile(r"format|think|tag|length|len\b|repeti|style|mdi|attention|penalty|cosine|xml|lang", re.I)
+# validation scores: a name that starts like an evaluation and ends like a score
+_VAL_PREFIX = re.compile(r"^(val-core|val|validation|eval|evaluation|test)[/_-]", re.I)
+_VAL_SCORE = re.compile(r"(acc|accuracy|score|success|reward|pass|correct|solve)[^/]*(/mean(@\d+)?)?$", re.I)
+
+
+def alias_table(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The full table: the schema's cited sources (verl / TRL names), ``ALIASES``, then ``extra`` (arldiag.toml
+    ``[import.aliases]`` or ``--rename``), later entries winning. Imports the schema (pyarrow) lazily."""
+    from arldiag.schema import STEP_METRICS
+
+    out = {}
+    for m in STEP_METRICS:
+        tool, _, name = m.source.partition(" ")
+        if tool in ("verl", "TRL") and name and " " not in name:
+            out[name] = m.name
+    return {**out, **ALIASES, **dict(extra or {})}
+
+
+def resolve_name(name: str, table: Mapping[str, str]) -> str | None:
+    """The arldiag name of a logged name (exact, then without a common prefix); None when unknown."""
+    hit = table.get(name)
+    if hit is not None:
+        return hit
+    for p in PREFIXES:
+        if name.startswith(p) and name[len(p):] in table:
+            return table[name[len(p):]]
+    return None
+
+
+def task_score_source(names: Iterable[str]) -> str | None:
+    """The logged name that is the run's task score, or None (see the module doc)."""
+    names = list(dict.fromkeys(names))
+    have = set(names)
+    if TASK_SCORE in have:
+        return TASK_SCORE
+    for n in TASK_SCORE_NAMES:
+        if n in have:
+            return n
+    fns = [(m.group("fn"), n) for n in names if (m := _REWARD_FN.match(n))]
+    task = [n for fn, n in fns if _TASKLIKE.search(fn) and not _AUXLIKE.search(fn)]
+    if task:
+        return task[0]
+    plain = [n for fn, n in fns if not _AUXLIKE.search(fn)]
+    if len(fns) > 1 and len(plain) == 1:
+        return plain[0]  # one reward function that is not a format/length term: the task
+    for n in REWARD_TOTALS:
+        if n in have:
+            return n
+    if len(fns) == 1:
+        return fns[0][1]
+    return None
+
+
+def val_score_source(names: Iterable[str]) -> str | None:
+    """The logged name of a validation score, or None: ``val-core`` before other prefixes, an accuracy before a
+    reward, ``@1`` / the shortest name first."""
+    cands = [n for n in dict.fromkeys(names) if _VAL_PREFIX.match(n) and _VAL_SCORE.search(n)
+             and not re.search(r"(std|min|max|num_turns|length)", n, re.I)]
+    if VAL_SCORE in set(names):
+        return VAL_SCORE
+
+    def key(n: str):
+        return (not n.lower().startswith("val-core"), not re.search(r"acc|correct|success|pass", n, re.I),
+                "@1" not in n and "@" in n, len(n), n)
+
+    return min(cands, key=key) if cands else None
+
+
+def is_validation(name: str) -> bool:
+    """A validation/evaluation metric (logged on evaluation steps only)."""
+    return bool(_VAL_PREFIX.match(name)) or name in ("eval_success", VAL_SCORE)
+
+
+def score_bounds(values: Iterable[float]) -> tuple[float, float] | None:
+    """The scale of a score from its finite values: (0, 1) when all lie in [0, 1], (-1, 1) when all lie in
+    [-1, 1] and one is negative (+1/-1 rewards), None for any other scale (a sum of reward functions)."""
+    lo, hi, n = float("inf"), float("-inf"), 0
+    for v in values:
+        if v == v and abs(v) != float("inf"):
+            lo, hi, n = min(lo, v), max(hi, v), n + 1
+    if not n:
+        return None
+    if lo >= 0.0 and hi <= 1.0:
+        return (0.0, 1.0)
+    if lo >= -1.0 and hi <= 1.0:
+        return (-1.0, 1.0)
+    return None
+
+
+class LiveResolver:
+    """``record_step(metrics)`` -> the same metrics plus the arldiag names and ``task_score`` / ``val_score`` the
+    table resolves, for a trainer that logs verl/TRL names live. The mapping is computed once per distinct set
+    of logged names (a trainer logs the same keys every step), so a step costs a dict lookup and a few copies.
+    A name the trainer already logs under arldiag's own name is never overwritten."""
+
+    def __init__(self, extra: Mapping[str, str] | None = None) -> None:
+        self._extra = dict(extra or {})
+        self._table: dict[str, str] | None = None
+        self._plans: dict[frozenset, list[tuple[str, str]]] = {}
+
+    def _plan(self, keys: frozenset) -> list[tuple[str, str]]:
+        if self._table is None:
+            self._table = alias_table(self._extra)
+        plan, taken = [], set(keys)
+        for k in sorted(keys):
+            to = resolve_name(k, self._table)
+            if to is not None and to != k and to not in taken:
+                plan.append((k, to))
+                taken.add(to)
+        for src, to in ((task_score_source(keys), TASK_SCORE), (val_score_source(keys), VAL_SCORE)):
+            if src is not None and src != to and to not in keys:
+                plan.append((src, to))
+        return plan
+
+    def __call__(self, metrics: Mapping[str, float]) -> dict[str, float]:
+        keys = frozenset(metrics)
+        plan = self._plans.get(keys)
+        if plan is None:
+            if len(self._plans) > 256:  # a trainer with ever-changing keys: keep the memory bounded
+                self._plans.clear()
+            plan = self._plans[keys] = self._plan(keys)
+        if not plan:
+            return dict(metrics)
+        out = dict(metrics)
+        for src, to in plan:
+            out[to] = metrics[src]
+        return out

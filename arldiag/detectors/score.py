@@ -1,0 +1,114 @@
+"""The task score collapses, on any scale: the outcome itself, measured against the run's own peak and noise.
+
+Real runs log their task score as a 0/1 accuracy, as +1/-1 (verl's ReTool recipe), as a sum of reward functions,
+under the trainer's own name; ``arldiag.aliases`` resolves it to the step column ``task_score``. The rule works
+on the score as logged:
+
+* bounds: [0, 1] while every value seen lies in it, [-1, 1] while every value lies in that (+1/-1 rewards);
+  otherwise (unknown scale) the floor is the lowest smoothed score seen before the current points;
+* peak P: running maximum of the mean over ``peak_points`` consecutive logged points (one lucky batch is no peak);
+* now c: the mean of the last ``confirm`` points; the fall is (c - floor) / (P - floor);
+* noise: the robust standard deviation of the point-to-point changes before now (1.4826 MAD / sqrt 2); the fall
+  P - c must exceed ``noise_z`` of them, so a noisy run at a low level does not alarm on two bad batches.
+
+Critical when the fall reaches ``frac_levels[2]`` (the development runs' label: a score at 1/3 of its best that
+stays there) on the last point and on the mean of the last ``confirm`` points; watch / warning at the milder
+fractions. It is a lagging signal (by the time it fires the run has failed), so it is not a precursor in the
+report, but it raises the alert state at once: a collapse that no precursor announced is still caught within two
+logged points.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from arldiag.aliases import TASK_SCORE
+from arldiag.detectors.base import Detector, Signal
+
+
+def _bounds(state: dict, v: float) -> tuple[float, float] | None:
+    if math.isfinite(v):
+        state["lo_seen"] = min(state.get("lo_seen", v), v)
+        state["hi_seen"] = max(state.get("hi_seen", v), v)
+    lo, hi = state.get("lo_seen"), state.get("hi_seen")
+    if lo is None:
+        return None
+    if lo >= 0.0 and hi <= 1.0:
+        return (0.0, 1.0)
+    if lo >= -1.0 and hi <= 1.0:
+        return (-1.0, 1.0)
+    return None
+
+
+def robust_noise(x: np.ndarray) -> float:
+    """1.4826 x MAD of the point-to-point changes / sqrt 2: the per-point noise of a series (NaN if < 4 points)."""
+    x = x[np.isfinite(x)]
+    if x.size < 4:
+        return math.nan
+    d = np.diff(x)
+    return float(1.4826 * np.median(np.abs(d - np.median(d))) / math.sqrt(2.0))
+
+
+def score_collapse_rule(w, state, p) -> Signal | None:
+    x = w.series(TASK_SCORE)
+    v = float(x[-1]) if x.size else math.nan
+    bounds = _bounds(state, v)
+    if not math.isfinite(v):
+        return None
+    n = state["n"] = state.get("n", 0) + 1
+    k, c_pts = int(p["peak_points"]), int(p["confirm"])
+    fin = x[np.isfinite(x)]
+    # running peak of the k-point mean; the floor (unknown scale) is the running minimum of the k-point means that
+    # ended before the current c points, so a fall does not lower its own reference
+    recent = state.setdefault("recent", [])
+    if fin.size >= k:
+        m = float(fin[-k:].mean())
+        state["peak"] = max(state.get("peak", m), m)
+        recent.append(m)
+        if len(recent) > c_pts:
+            state["floor"] = min(state.get("floor", math.inf), recent.pop(0))
+    if n < p["min_points"] or "peak" not in state or fin.size < c_pts:
+        return None
+    peak = state["peak"]
+    cur = float(fin[-c_pts:].mean())
+    if bounds is not None:
+        floor, span = bounds[0], bounds[1] - bounds[0]
+    else:
+        floor = state.get("floor", math.inf)
+        span = peak - floor
+    if not (math.isfinite(floor) and span > 0 and peak > floor):
+        return None
+    if (peak - floor) / span < p["min_peak"]:
+        return None  # the run never learned anything measurable: nothing to lose
+    noise = robust_noise(fin[:-c_pts][-int(p["noise_points"]):])
+    if math.isfinite(noise) and peak - cur < p["noise_z"] * noise:
+        return None
+    frac = (cur - floor) / (peak - floor)
+    last = (v - floor) / (peak - floor)
+    lv = sum(1 for t in p["frac_levels"] if frac <= t and last <= t + p["last_slack"])
+    if not lv:
+        return None
+    scale = "" if bounds is None else f" on [{bounds[0]:g}, {bounds[1]:g}]"
+    return Signal(lv, cur, TASK_SCORE, f"task score {cur:.3g} (mean of the last {c_pts} points) = {frac:.0%} of the "
+                                       f"way from {floor:.3g} to its peak {peak:.3g}{scale}")
+
+
+SCORE_COLLAPSE = Detector(
+    name="score_collapse",
+    title="Task score collapses",
+    inputs=(TASK_SCORE,),
+    rule=score_collapse_rule,
+    # points, not steps: the rule compares logged values of the score, however often they are logged
+    params=dict(peak_points=3, confirm=2, min_points=4, min_peak=0.1, noise_points=20, noise_z=3.0,
+                frac_levels=(0.75, 0.6, 0.45), last_slack=0.05),
+    explanation="The task score (critic/score/mean, the reward, the accuracy: arldiag.aliases resolves which) "
+                "fell far below its own peak, measured on its scale and against its own noise. This is the "
+                "outcome: the run has failed by now; the precursors above it should have fired earlier.",
+    recommendation="Stop and roll back to the last checkpoint before the first warning; apply the precursors' "
+                   "recommendations (learning rate, clip range, length and entropy settings) before resuming.",
+    source="label rule of ../shared/real_runs (a score at 1/3 of its best that stays there); ARLArena finding 1",
+    lagging=True,
+)
+
+DETECTORS = [SCORE_COLLAPSE]
