@@ -57,6 +57,9 @@ ALIASES: dict[str, str] = {
     "mean_reward": "reward_mean", "avg_reward": "reward_mean", "rewards/mean": "reward_mean",
     "reward/mean": "reward_mean", "env/reward_mean": "reward_mean", "reward_std": "reward_std",
 }
+# arldiag's own outcome columns: they feed success_collapse and the collapse label already, so a live trainer
+# that logs them (the reference trainer) gets no task_score copy of them (LiveResolver(skip_sources=...))
+OWN_OUTCOMES = ("success_rate", "success_frac", "success", "reward_mean", "eval_success")
 PREFIXES = ("train/", "train_", "rollout/", "metrics/", "policy/", "training/")
 
 # task score candidates, in order of preference (exact names; then the patterns below)
@@ -169,8 +172,9 @@ class LiveResolver:
     of logged names (a trainer logs the same keys every step), so a step costs a dict lookup and a few copies.
     A name the trainer already logs under arldiag's own name is never overwritten."""
 
-    def __init__(self, extra: Mapping[str, str] | None = None) -> None:
+    def __init__(self, extra: Mapping[str, str] | None = None, skip_sources: Iterable[str] = ()) -> None:
         self._extra = dict(extra or {})
+        self._skip = frozenset(skip_sources)
         self._table: dict[str, str] | None = None
         self._plans: dict[frozenset, list[tuple[str, str]]] = {}
 
@@ -184,7 +188,7 @@ class LiveResolver:
                 plan.append((k, to))
                 taken.add(to)
         for src, to in ((task_score_source(keys), TASK_SCORE), (val_score_source(keys), VAL_SCORE)):
-            if src is not None and src != to and to not in keys:
+            if src is not None and src != to and to not in keys and src not in self._skip:
                 plan.append((src, to))
         return plan
 

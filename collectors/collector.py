@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from arldiag import __version__
+from arldiag.aliases import OWN_OUTCOMES, LiveResolver
 from arldiag.schema import (SCHEMA_VERSION, STEP_AGGS, TABLE_COLUMNS, TABLES, USER_METRIC_PREFIX,
                             arrow_schema, derive_step_metrics)
 from arldiag.stats import Bands, UpdateInputs, compute_update, segmentable, splitmix_unit, top_share
@@ -232,6 +233,9 @@ class Collector:
         self.bands = Bands(float(clip[0]), float(clip[1]), float(seq_clip[0]), float(seq_clip[1]),
                            float(dual_clip_c), float(neg_adv_delta))
         self.monitor = monitor
+        # verl / TRL / OpenRLHF names in record_step(metrics=...) also reach the detectors under arldiag's names,
+        # and the logged task score as task_score (arldiag.aliases: the table `arldiag import` uses)
+        self._aliases = LiveResolver(skip_sources=OWN_OUTCOMES)
         self._pg = (None, True) if process_group is True else (process_group, process_group is not None)
         self.should_stop = False
         self.stop_reason: str | None = None
@@ -404,6 +408,10 @@ class Collector:
                     if not isinstance(v, (int, float)) else float(v)
             except (TypeError, ValueError, IndexError):
                 raise ValueError(f"metrics[{k!r}] must be a number, got {type(v).__name__}") from None
+        try:
+            user = self._aliases(user)
+        except Exception as exc:  # noqa: BLE001 - a name lookup must never stop the step from being recorded
+            self._warn_once("aliases", f"arldiag: metric name resolution failed ({exc!r}); names kept as logged")
         res = self._guard("record_step", self._record_step, int(step), user)
         return res or {}
 

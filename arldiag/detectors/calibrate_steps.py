@@ -102,3 +102,19 @@ def fit(replays: list[Replay], start_demote: tuple[str, ...] = ()) -> tuple[Risk
         if -cur_j < best[0]:
             best = (-cur_j, cur, objective(replays, cur)[1])
     return best[1], {**best[2], "objective": -best[0], "grid_points": len(scored)}
+
+
+def leave_one_out(replays: list[Replay], start_demote: tuple[str, ...] = ()) -> dict:
+    """Each run scored with the settings fitted on the others: a less optimistic estimate than the in-sample fit
+    (the figures a run not used for fitting would get)."""
+    rows = []
+    for i, rp in enumerate(replays):
+        if rp.ambiguous:
+            continue
+        cfg, _ = fit(replays[:i] + replays[i + 1:], start_demote)
+        rows.append(score_run(rp.steps, states(rp, cfg), rp.collapse, interval=rp.interval))
+    coll = [r for r in rows if r["kind"] == "collapse"]
+    stable = [r for r in rows if r["kind"] == "stable"]
+    return {"warned_10_ahead": sum(r["caught_at_10"] for r in coll),
+            "alarmed_by_3_points": sum(r["alarmed_by_late_points"] for r in coll), "collapses": len(coll),
+            "stable_without_warning": sum(1 for r in stable if not r["episodes"]), "stable": len(stable)}

@@ -8,7 +8,7 @@ on the score as logged:
   otherwise (unknown scale) the floor is the lowest smoothed score seen before the current points;
 * peak P: running maximum of the mean over ``peak_points`` consecutive logged points (one lucky batch is no peak);
 * now c: the mean of the last ``confirm`` points; the fall is (c - floor) / (P - floor);
-* noise: the robust standard deviation of the point-to-point changes before now (1.4826 MAD / sqrt 2); the fall
+* noise: the robust standard deviation of the point-to-point changes before now (1.4826 median |change| / sqrt 2); the fall
   P - c must exceed ``noise_z`` of them, so a noisy run at a low level does not alarm on two bad batches.
 
 Critical when the fall reaches ``frac_levels[2]`` (the development runs' label: a score at 1/3 of its best that
@@ -42,12 +42,12 @@ def _bounds(state: dict, v: float) -> tuple[float, float] | None:
 
 
 def robust_noise(x: np.ndarray) -> float:
-    """1.4826 x MAD of the point-to-point changes / sqrt 2: the per-point noise of a series (NaN if < 4 points)."""
+    """1.4826 x median |point-to-point change| / sqrt 2: the per-point noise sd of a series whose level moves
+    slowly (the changes of two independent draws have sd sqrt 2 sigma and median 0); NaN if < 4 points."""
     x = x[np.isfinite(x)]
     if x.size < 4:
         return math.nan
-    d = np.diff(x)
-    return float(1.4826 * np.median(np.abs(d - np.median(d))) / math.sqrt(2.0))
+    return float(1.4826 * np.median(np.abs(np.diff(x))) / math.sqrt(2.0))
 
 
 def score_collapse_rule(w, state, p) -> Signal | None:
