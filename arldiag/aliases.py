@@ -77,6 +77,9 @@ _REWARD_FN = re.compile(r"^(?:train/)?rewards/(?P<fn>[^/]+)/mean$")
 _TASKLIKE = re.compile(r"acc|correct|answer|exact|match|math|gsm|solve|success|pass|verif|task|mc|score|idx|em\b",
                        re.I)
 _AUXLIKE = re.compile(r"format|think|tag|length|len\b|repeti|style|mdi|attention|penalty|cosine|xml|lang", re.I)
+_GENERIC = re.compile(r"(^|[/_.])(reward|rewards|score|scores|accuracy|acc|success|correct|solved|pass)"
+                      r"([/_.](mean|avg|average|rate))?$|(^|[/_.])(mean|avg|average)[/_.]?(reward|score|accuracy)$", re.I)
+_NOT_SCORE = re.compile(r"std|min|max|var|loss|penalty|format|length|kl|advantage|value|return", re.I)
 # validation scores: a name that starts like an evaluation and ends like a score
 _VAL_PREFIX = re.compile(r"^(val-core|val|validation|eval|evaluation|test)[/_-]", re.I)
 _VAL_SCORE = re.compile(r"(acc|accuracy|score|success|reward|pass|correct|solve)[^/]*(/mean(@\d+)?)?$", re.I)
@@ -127,6 +130,11 @@ def task_score_source(names: Iterable[str]) -> str | None:
             return n
     if len(fns) == 1:
         return fns[0][1]
+    # last resort, a hand-written loop's own name: a training-side mean of an accuracy, success, score or reward
+    # (``train/reward_mean``, ``avg_score``, ``episode/success``), accuracy-like names first, the shortest first
+    generic = [n for n in names if _GENERIC.search(n) and not _NOT_SCORE.search(n) and not is_validation(n)]
+    if generic:
+        return min(generic, key=lambda n: (not _TASKLIKE.search(n.rsplit("/", 1)[-1]), len(n), n))
     return None
 
 

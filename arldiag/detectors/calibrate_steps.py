@@ -11,7 +11,7 @@ R10: share of collapses warned >= 10 optimizer steps ahead; R3: share alarmed be
 logged points of it; F: share of stable runs with any warning; H: share of healthy steps in warning. Ambiguous runs
 are left out. The detectors are replayed once per run (their per-step levels kept), then every RiskConfig of
 ``GRID`` is scored; from the best ``GREEDY_FROM`` of them detectors are demoted greedily while J rises by more than
-``DEMOTE_COST``, starting from the token profile's demotions. Ties go to the earlier grid point (the grid lists the more conservative settings first).
+``DEMOTE_COST``, starting from the token profile's demotions and ``STEP_PRIOR_DEMOTE``. Ties go to the earlier grid point (the grid lists the more conservative settings first).
 
 A run whose run.json says ``split: heldout`` is refused: held-out runs are scored, never fitted on.
 """
@@ -24,6 +24,11 @@ from arldiag.detectors.base import LEVELS
 from arldiag.detectors.risk import AlertState, RiskConfig, combine_risk, detector_levels
 from arldiag.detectors.scoring import ScoreConfig, score_run
 
+# Demoted from the start in this profile: a one-point spike in a step log gives a lead of one or two logged points
+# at best (the real runs' own notes), which score_collapse already covers, while single spikes are common on healthy
+# real runs (the stable verl PPO notebook: grad_norm at 21x and 15x its median at steps 23 and 25). Demoted, a spike
+# still raises the state together with a second signal.
+STEP_PRIOR_DEMOTE = ("clip_pressure", "grad_norm_spike", "ppo_kl_spike")
 GRID = dict(warning=(0.75, 0.6, 0.55, 0.5), exit_steps=(40, 20, 10, 5), enter_steps=(5, 1, 10), critical_steps=(1, 2))
 GREEDY_FROM = 3
 DEMOTE_COST = 0.02
@@ -78,7 +83,7 @@ def fit(replays: list[Replay], start_demote: tuple[str, ...] = ()) -> tuple[Risk
     """The best RiskConfig for ``replays`` and its figures. ``start_demote``: demotions every grid point starts
     from (the token profile's, fitted on the reference trainer's dev runs: the two profiles are fitted together,
     the real runs deciding what the step-scalar profile adds)."""
-    base = RiskConfig(demote=tuple(sorted(start_demote)))
+    base = RiskConfig(demote=tuple(sorted(set(start_demote) | set(STEP_PRIOR_DEMOTE))))
     scored = []
     for i, (warn, ex, en, cr) in enumerate(itertools.product(*GRID.values())):
         cfg = replace(base, enter=(base.enter[0], warn, max(warn, base.enter[2])), exit_steps=ex, enter_steps=en,
