@@ -125,12 +125,14 @@ def test_monitor_store_sink_uses_record_alert():
 
     m = Monitor(sinks=["store"], stop_on="critical")
     m.bind(FakeCollector())
+    # a trainer with token statistics (n_tokens): the token profile, where a grad-norm spike counts in full (the
+    # step-scalar profile demotes one-point spikes: test_real_runs)
     for t in range(20):
-        m.on_step(t, {"grad_norm": 1.0})
-    m.on_step(20, {"grad_norm": 100.0})  # 100x the median: a critical alert at once
+        m.on_step(t, {"grad_norm": 1.0, "n_tokens": 1000.0})
+    m.on_step(20, {"grad_norm": 100.0, "n_tokens": 1000.0})  # 100x the median: a critical alert at once
     # the state turns critical (and stop_on fires) once the critical reading lasts RiskConfig.critical_steps steps
     for t in range(21, 20 + m.evaluator.risk_cfg.critical_steps):
-        m.on_step(t, {"grad_norm": 100.0})
+        m.on_step(t, {"grad_norm": 100.0, "n_tokens": 1000.0})
     kinds = [r.get("severity") for r in rec if "stop" not in r]
     assert "critical" in kinds and rec[0]["source"] == "online" and rec[0]["step"] == 20
     assert any("stop" in r for r in rec) and m.stop_requested
