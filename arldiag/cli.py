@@ -61,7 +61,15 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[name][0])
     parser = argparse.ArgumentParser(prog=f"arldiag {name}", description=COMMANDS[name][1])
     module.add_arguments(parser)
+    if not any(a.dest == "config" for a in parser._actions):
+        parser.add_argument("--config", metavar="FILE", default=None,
+                            help="arldiag.toml to apply (default: ./arldiag.toml or $ARLDIAG_CONFIG)")
     args = parser.parse_args(rest)
+    if getattr(args, "config", None):  # one configuration for the whole command: settings.active() reads it
+        if not os.path.isfile(args.config):
+            print(f"arldiag {name}: error: config: {args.config!r} does not exist", file=sys.stderr)
+            return 2
+        os.environ["ARLDIAG_CONFIG"] = args.config
     warnings.formatwarning = _one_line_warning
     try:
         return int(module.main(args) or 0)

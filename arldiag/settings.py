@@ -272,6 +272,7 @@ def _dotted(kwargs: Mapping[str, Any]) -> dict:
 class Settings:
     values: dict
     source: str | None = None  # the file read, if any
+    _cache: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     def collector_kwargs(self) -> dict[str, Any]:
         # "" is TOML's stand-in for None (e.g. dual_clip_c: None = take the run config's own setting)
@@ -293,6 +294,30 @@ class Settings:
         from arldiag.detectors.risk import RiskConfig
 
         return RiskConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in self.values["risk"].items()})
+
+    def risk_changes(self) -> dict[str, Any]:
+        """The [risk] fields this file / environment / keywords set to something other than the shipped token-
+        profile default (`arldiag init` writes every default, and those change nothing)."""
+        if self._cache.get("risk_changes") is None:
+            shipped = defaults()["risk"]
+            self._cache["risk_changes"] = {k: tuple(v) if isinstance(v, list) else v
+                                           for k, v in self.values["risk"].items() if v != shipped.get(k)}
+        return dict(self._cache["risk_changes"])
+
+    def risk_for(self, profile: str):
+        """The risk settings of a profile ("tokens" or "steps", detectors.risk.PROFILES): its calibrated fit with
+        this configuration's changes applied on top."""
+        import dataclasses as dc
+
+        from arldiag.detectors.risk import calibrated_risk
+
+        return dc.replace(calibrated_risk(profile=profile), **self.risk_changes())
+
+    def detectors_changed(self) -> bool:
+        """Whether any detector is disabled or has a parameter other than its default."""
+        if self._cache.get("detectors_changed") is None:
+            self._cache["detectors_changed"] = self.values["detectors"] != defaults()["detectors"]
+        return self._cache["detectors_changed"]
 
     def channels(self) -> list:
         """The alert sinks whose url/host is set."""
@@ -331,6 +356,26 @@ class Settings:
                     stop_on=m["stop_on"] or None, min_severity=m["min_severity"])
         args.update(kwargs)
         return Monitor(**args)
+
+
+_ACTIVE: dict[tuple, Settings] = {}
+
+
+def active() -> Settings:
+    """The configuration every consumer applies when it is not handed one: ``load()`` (./arldiag.toml or
+    $ARLDIAG_CONFIG, then the environment), read once per process and file version (the file's path and mtime
+    and the ARLDIAG_* environment are the cache key, so an edited file is read again)."""
+    path = os.environ.get(CONFIG_ENV) or (DEFAULT_FILE if Path(DEFAULT_FILE).is_file() else None)
+    try:
+        stamp = (str(Path(path).resolve()), Path(path).stat().st_mtime_ns) if path else None
+    except OSError:
+        stamp = (path, None)
+    key = (stamp, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(ENV_PREFIX))))
+    hit = _ACTIVE.get(key)
+    if hit is None:
+        _ACTIVE.clear()
+        hit = _ACTIVE[key] = load()
+    return hit
 
 
 def load(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

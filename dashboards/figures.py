@@ -82,9 +82,12 @@ def panel_figure(series: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str,
                     continue
                 color = RUN_COLORS[ri % len(RUN_COLORS)] if compare else SERIES_COLORS[mi % len(SERIES_COLORS)]
                 dash = METRIC_DASHES[mi % len(METRIC_DASHES)] if compare else "solid"
+                # a sparse series (a validation score every N steps) is drawn point to point with markers
+                sparse = bool(np.isfinite(df[m].to_numpy(float)).mean() < 0.5)
                 fig.add_trace(go.Scatter(
-                    x=df["step"], y=df[m], mode="lines", name=f"{run} · {m}" if compare else m, legend=legend,
-                    line=dict(color=color, dash=dash, width=1.6), connectgaps=False,
+                    x=df["step"], y=df[m], mode="lines+markers" if sparse else "lines",
+                    name=f"{run} · {m}" if compare else m, legend=legend,
+                    line=dict(color=color, dash=dash, width=1.6), connectgaps=sparse, marker=dict(size=4),
                     hovertemplate="%{y:.4g}"), row=row, col=1)
     if not isinstance(bands, Mapping):
         bands = {next(iter(series), ""): bands}

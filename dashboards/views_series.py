@@ -11,14 +11,20 @@ from arldiag.dashboards.source import RunSource
 
 MAX_POINTS = 1000  # points per series after bucketing; plenty for a ~1000 px wide chart
 
+# The outcome leads every view: the success rate of arldiag's own runs, or the task score a real run logs on its
+# own scale (arldiag.aliases: critic/score/mean, the reward, an accuracy) and its validation score
+SCORE_PANEL = ("task score (success rate, or the logged task score and validation score on their scale)",
+               ["success_rate", "success_frac", "task_score", "val_score"])
+
 PANELS: dict[str, list[tuple[str, list[str]]]] = {
     "overview": [
-        ("success (user success_rate / stored success flags)", ["success_rate", "success_frac"]),
         ("format_valid_frac", ["format_valid_frac"]),
         ("ppo_kl: policy-update KL k1", ["ppo_kl"]),
         ("kl_ref_k3: KL to the reference", ["kl_ref_k3"]),
         ("grad_norm", ["grad_norm"]),
         ("entropy", ["entropy"]),
+        ("response length mean", ["response_length_mean"]),
+        ("truncated fraction (responses at the length limit)", ["truncated_frac"]),
     ],
     "clipping": [
         ("token ratio outside the band, by bound and advantage sign",
@@ -44,7 +50,6 @@ PANELS: dict[str, list[tuple[str, list[str]]]] = {
         ("advantage sign fractions", ["adv_pos_frac", "adv_neg_frac", "adv_zero_frac"]),
         ("reward mean / std / mean within-group std", ["reward_mean", "reward_std", "group_reward_std_mean"]),
         ("token advantage mean / std", ["adv_mean", "adv_std"]),
-        ("success", ["success_rate", "success_frac"]),
     ],
     "entropy": [
         ("entropy", ["entropy"]),
@@ -59,6 +64,9 @@ PANELS: dict[str, list[tuple[str, list[str]]]] = {
         ("AT2PO turn entropy H_turn", ["turn_entropy_mean"]),
     ],
 }
+
+
+PANELS = {view: [SCORE_PANEL] + panels for view, panels in PANELS.items()}
 
 
 def metrics_of(view: str) -> list[str]:

@@ -72,6 +72,15 @@ class Evaluator:
         risk_model = calibrated_model() if risk_model is None else risk_model  # None: the calibrated default
         if risk_model not in RISK_MODELS:
             raise ValueError(f"risk_model must be one of {', '.join(RISK_MODELS)}, got {risk_model!r}")
+        # without detectors or risk settings handed in, the active arldiag.toml / environment decides (one
+        # configuration for every command, the Monitor and the integrations: arldiag.settings.active)
+        self.settings = None
+        if detectors is None or risk is None:
+            from arldiag.settings import active
+
+            self.settings = active()
+            if detectors is None and self.settings.detectors_changed():
+                detectors = self.settings.detectors()
         self.detectors: list[Detector] = resolve(detectors)
         self.config = dict(config or {})  # the run's settings (advice.settings_of): recommendations fit them
         cols = dict.fromkeys([c for d in self.detectors for c in d.columns] + list(OUTCOME_COLUMNS) + [VAL_SCORE])
@@ -88,7 +97,7 @@ class Evaluator:
         # the rule-based defaults fitted on dev runs (benchmarks/calibrate.py); the learned score's alarm threshold is
         # folded into its bias so that it maps to the class defaults' warning threshold
         self.risk_model = risk_model
-        self.risk_cfg = risk or (calibrated_risk() if self.learned is None else RiskConfig())
+        self.risk_cfg = risk or (self._profile_risk("tokens") if self.learned is None else RiskConfig())
         # without given settings, the first step picks the calibrated profile (token statistics or step scalars)
         self._pick_profile = risk is None and self.learned is None
         self.profile: str | None = None
@@ -104,6 +113,9 @@ class Evaluator:
         self.n_steps = 0
         self.max_risk = 0.0
         self.last_risk = 0.0
+
+    def _profile_risk(self, profile: str) -> RiskConfig:
+        return self.settings.risk_for(profile) if self.settings is not None else calibrated_risk(profile=profile)
 
     def _set_interval(self, interval: int) -> None:
         self.interval = max(1, int(interval))
@@ -130,7 +142,7 @@ class Evaluator:
         if self.profile is None:
             self.profile = profile_of(metrics)
             if self._pick_profile and self.profile != "tokens":
-                self.risk_cfg = calibrated_risk(profile=self.profile)
+                self.risk_cfg = self._profile_risk(self.profile)
                 self.alert = AlertState(self.risk_cfg.at_interval(self.interval or 1))
         if self.interval is None and self.last_step is not None:
             self._set_interval(step - self.last_step)

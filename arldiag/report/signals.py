@@ -27,9 +27,11 @@ class Panel:
 S = Signal
 # The list: success, valid-format ratio, KL, grad norm, entropy, clip fractions, neg-adv low-IS frac + share.
 TIMELINE: tuple[Panel, ...] = (
-    Panel("Success rate", (
-        S("success", "success rate", ("success_rate", "success_frac", "env/success_rate", "episode/success_rate",
-                                      "val/success_rate", "success")),
+    Panel("Task score", (  # the success rate, or the task score a real run logs on its own scale
+        S("success", "success rate / task score", ("success_rate", "success_frac", "env/success_rate",
+                                                   "episode/success_rate", "val/success_rate", "success",
+                                                   "task_score")),
+        S("val_score", "validation score", ("val_score",)),
     )),
     Panel("Reward", (  # its own panel: returns can be far from the [0, 1] of the success rate
         S("reward", "reward mean", ("reward_mean", "critic/rewards/mean", "critic/score/mean", "reward")),

@@ -108,8 +108,10 @@ def test_wandb_history_export_csv_and_parquet(tmp_path, capsys):
     for name in ("history.parquet", "history.csv"):
         out = tmp_path / name.replace(".", "_")
         assert cli(["import", "wandb", str(tmp_path / name), "--out", str(out)]) == 0
-        got = steps(out, ["entropy", '"train/reward"'])
-        assert np.allclose(np.array(got, float), [[r["_step"], r["actor/entropy"], r["train/reward"]] for r in rows])
+        # train/reward resolves to reward_mean (the alias table strips a leading train/) and is the task score
+        got = steps(out, ["entropy", "reward_mean", "task_score"])
+        assert np.allclose(np.array(got, float), [[r["_step"], r["actor/entropy"], r["train/reward"],
+                                                   r["train/reward"]] for r in rows])
         cols = arldiag.open_run(out).sql("select * from steps limit 0").df().columns
         assert "_runtime" not in cols
     (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
