@@ -30,7 +30,8 @@ budget costs 0.05).
    constructed collapse of ``synthetic_check`` while the other does; ties: rules, the simpler), the other stays
    selectable (``risk_model=`` / ``eval-detect --risk``).
 4. With --write: calibrated.json (chosen fields, learned weights, the fit's figures), rlwatch 0.5.1's defaults on
-   the same runs (benchmarks/peer_rlwatch.py), and the generated sections of docs/detectors.md and README.md.
+   the same runs (benchmarks/peer_rlwatch.py), and the generated sections of docs/detectors.md and
+   docs/toy-detection.md.
 The Evaluator's defaults are ``risk.calibrated_risk()`` / ``risk.calibrated_model()``: the chosen values when the
 file says ``"apply": true`` (the split came from run.json, or ``--apply``), the class defaults otherwise.
 """
@@ -318,7 +319,7 @@ def choose_default(held_rules: dict, held_learned: dict, dev_learned: dict | Non
     (This eligibility rule was added after the 2026-12-01 fit, in which the learned model led the held-out J by
     0.018 while alarming at none of the 4 collapses; docs/detectors.md says so.) Nor is a model that does not
     warn >= 10 steps ahead of the constructed collapse of ``synthetic_check`` when the other does (added in
-    session 4 of 2026-12-01: the held-out J then favoured the learned model, 2 against 5 of 30 stable runs warned,
+    round 4 of 2026-12-01: the held-out J then favoured the learned model, 2 against 5 of 30 stable runs warned,
     neither alarming at either held-out collapse, while the learned model stayed silent through the synthetic
     collapse that the rules warn 34 steps ahead of; README says so). ``dev_learned``: the learned
     model's leave-one-run-out dev figures (``cv_alarmed_share``), not its in-sample ones, which score it on the very
@@ -436,7 +437,8 @@ def main(argv=None) -> int:
                    help="also score rlwatch on the same runs and regenerate the sections of docs/detectors.md and "
                         "README.md")
     p.add_argument("--docs", default=str(ROOT / "docs" / "detectors.md"))
-    p.add_argument("--readme", default=str(ROOT / "README.md"))
+    p.add_argument("--readme", default=str(ROOT / "docs" / "toy-detection.md"),
+                   help="page with the generated detection headline (docs/toy-detection.md)")
     p.add_argument("--replay-cache", default=None, help="pickle of the replays, reused when it holds the same runs")
     args = p.parse_args(argv)
     from arldiag.store.reader import open_run
@@ -457,6 +459,11 @@ def main(argv=None) -> int:
         source = shlex.join(str(a) for a in args.run)
         dr.write_between(Path(args.docs), "detection-results", dr.docs_section(out, runs, pr, source))
         dr.write_between(Path(args.readme), "detection-headline", dr.readme_headline(out, source))
+    try:  # the step-scalar profile is fitted by `arldiag calibrate` on labelled real runs: keep it
+        prev = json.loads(Path(args.out).read_text())
+    except (OSError, ValueError):
+        prev = {}
+    out.update({k: prev[k] for k in ("risk_steps", "fit_steps") if k in prev and k not in out})
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: v for k, v in out.items() if k != "learned"}, indent=1))
     return 0
