@@ -85,15 +85,21 @@ class OutcomeTracker:
         else:
             col = next((c for c in BATCH_COLUMNS if np.isfinite(w.series(c)).any()), None)
             if col is None and not self.state.get("score_off") and np.isfinite(w.series(TASK_SCORE)).any():
-                # a real run's task score (arldiag.aliases) on [0, 1], or +1/-1 read as (x + 1) / 2
+                # a real run's task score (arldiag.aliases) on [0, 1]; +1/-1 read as (x + 1) / 2; a non-negative
+                # score on its own scale (a sum of rewards) read as a share of its best smoothed level so far
                 t = w.series(TASK_SCORE)
                 v = t[-1]
                 if math.isfinite(v):
                     self.state["neg"] = self.state.get("neg", False) or v < 0
-                    if not -1.0 <= v <= 1.0:
-                        self.state["score_off"] = True
+                    self.state["own"] = self.state.get("own", False) or v > 1.0
+                    if v < -1.0 or (self.state["neg"] and self.state["own"]):
+                        self.state["score_off"] = True  # negative and beyond [-1, 1]: no level to read
                 if not self.state.get("score_off"):
-                    x = (t + 1.0) / 2.0 if self.state.get("neg") else t
+                    if self.state.get("own"):
+                        best = running_max(self.state, "own_best", tail_mean(t, self.smooth))
+                        x = t / best if math.isfinite(best) and best > 0 else t * math.nan
+                    else:
+                        x = (t + 1.0) / 2.0 if self.state.get("neg") else t
                     return self._outcome(TASK_SCORE, x, tail_mean(x, self.smooth), x[-1])
             if col is None and not self.state.get("reward_off"):
                 r = w.series(REWARD_COLUMN)

@@ -121,14 +121,15 @@ def _unit_reward(columns: Mapping[str, Sequence[float]]) -> bool:
 
 # The task score of a real run (arldiag.aliases: critic/score/mean, the reward, an accuracy; any scale) is
 # labelled by the rule of the real development runs (../shared/real_runs/README.md), which reproduces every
-# label there: a = the score on [0, 1] ((a + 1) / 2 for +1/-1 scores, min-max for an unknown scale); m = centred
-# 5-point mean; the collapse is the first point where a <= 1/3 of the best m before it, the mean of a over that
+# label there: a = the score on [0, 1] ((a + 1) / 2 for +1/-1 scores, min-max for a scale with negatives); m = centred
+# 5-point mean (a non-negative score on its own scale as logged); the collapse is the first point where a <= 1/3 of the best m before it, the mean of a over that
 # point and the next 4 is too, m never comes back above 1/2 of that best, at least 5 points follow, best >= 0.02.
 SCORE_COLUMN = "task_score"
 
 
 def unit_score(y: Sequence[float]) -> np.ndarray:
-    """The score on [0, 1]: as logged when it lies in [0, 1], (y + 1) / 2 on [-1, 1], else min-max scaled."""
+    """The score for the label rule: as logged when it lies in [0, 1] or is non-negative on its own scale (the rule
+    compares ratios to the best), (y + 1) / 2 on [-1, 1], else min-max scaled."""
     from arldiag.aliases import score_bounds
 
     y = np.asarray(y, dtype=np.float64)
@@ -138,6 +139,8 @@ def unit_score(y: Sequence[float]) -> np.ndarray:
     if b == (-1.0, 1.0):
         return (y + 1.0) / 2.0
     fin = y[np.isfinite(y)]
+    if fin.size and fin.min() >= 0.0:
+        return y  # a non-negative score on its own scale: the rule compares ratios to its best, as on [0, 1]
     if not fin.size or fin.max() <= fin.min():
         return np.zeros_like(y)
     return (y - fin.min()) / (fin.max() - fin.min())

@@ -5,7 +5,8 @@ under the trainer's own name; ``arldiag.aliases`` resolves it to the step column
 on the score as logged:
 
 * bounds: [0, 1] while every value seen lies in it, [-1, 1] while every value lies in that (+1/-1 rewards);
-  otherwise (unknown scale) the floor is the lowest smoothed score seen before the current points;
+  otherwise (its own scale) the floor is 0 while no value was negative (a sum of 0/1 rewards), else the lowest
+  smoothed score seen before the current points;
 * peak P: running maximum of the mean over ``peak_points`` consecutive logged points (one lucky batch is no peak);
 * now c: the mean of the last ``confirm`` points; the fall is (c - floor) / (P - floor);
 * noise: the robust standard deviation of the point-to-point changes before now (1.4826 median |change| / sqrt 2); the fall
@@ -74,6 +75,8 @@ def score_collapse_rule(w, state, p) -> Signal | None:
     cur = float(fin[-c_pts:].mean())
     if bounds is not None:
         floor, span = bounds[0], bounds[1] - bounds[0]
+    elif state["lo_seen"] >= 0.0:
+        floor, span = 0.0, peak  # a non-negative score on its own scale (a sum of 0/1 rewards): its origin is 0
     else:
         floor = state.get("floor", math.inf)
         span = peak - floor

@@ -51,7 +51,8 @@ def test_score_bounds_and_unit_score():
     assert score_bounds([-1.0, 1.0, 0.2]) == (-1.0, 1.0)
     assert score_bounds([0.0, 2.5]) is None
     np.testing.assert_allclose(unit_score([-1.0, 0.0, 1.0]), [0.0, 0.5, 1.0])
-    np.testing.assert_allclose(unit_score([2.0, 4.0, 3.0]), [0.0, 1.0, 0.5])  # min-max on an unknown scale
+    np.testing.assert_allclose(unit_score([2.0, 4.0, 3.0]), [2.0, 4.0, 3.0])  # non-negative: ratios, as logged
+    np.testing.assert_allclose(unit_score([-3.0, 1.0, -1.0]), [0.0, 1.0, 0.5])  # negatives beyond -1: min-max
 
 
 def test_live_resolver_copies_and_skips_own_outcomes():
@@ -243,3 +244,59 @@ def test_labels_file_errors(tmp_path):
         load_labels(str(tmp_path / "none.json"))
     bad.write_text(json.dumps({"r": {"collapse_step": 40, "ambiguous": True, "log_interval_steps": 5}}))
     assert load_labels(str(bad)) == {"r": {"collapse_step": 40, "ambiguous": True, "log_interval_steps": 5}}
+
+
+SUBSET = ("trl_grpo_lora_qwen25-7b_gsm8k_rho0.30_s43", "trl_grpo_lora_qwen25-7b_gsm8k_rho0.50_s43",
+          "trl_grpo_lora_qwen25-7b_gsm8k_rho3.00_s44", "trl_grpo_lora_qwen35-9b_gsm8k_rho1.00_s43",
+          "verl_ppo_qwen3-0.6b_gsm8k_slurm")
+
+
+def _variant(d, lab, kind):
+    """The same run as another trainer would log it: +1/-1 score, a sum-of-rewards scale, a hand-written loop's
+    names, or every second step only."""
+    d, lab, sm = d.copy(), dict(lab), lab["score_metric"]
+    if kind == "plus_minus_one":
+        d[sm] = 2 * d[sm] - 1
+    elif kind == "own_scale":
+        d[sm] = 3 * d[sm] + 0.5
+    elif kind == "hand_names":
+        ren = {sm: "train/reward_mean"}
+        for a, b in (("entropy", "train/entropy"), ("actor/entropy", "train/entropy"),
+                     ("completions/mean_length", "train/response_length"), ("response_length/mean",
+                     "train/response_length"), ("completions/clipped_ratio", "train/truncated_ratio"),
+                     ("response_length/clip_ratio", "train/truncated_ratio")):
+            if a in d.columns and a != sm:
+                ren[a] = b
+        d = d[["step", *ren]].rename(columns=ren)
+    elif kind == "every_second_step" and lab["log_interval_steps"] == 1:
+        d, lab["log_interval_steps"] = d[d["step"] % 2 == 0], 2
+    return d, lab
+
+
+@needs_real
+@pytest.mark.parametrize("kind", ["plus_minus_one", "own_scale", "hand_names", "every_second_step"])
+def test_detection_does_not_depend_on_how_the_run_was_logged(tmp_path, capsys, kind):
+    import pandas as pd
+
+    labels = json.loads((REAL / "labels.json").read_text())
+
+    def outcomes(folder, labs):
+        assert main(["eval-detect", str(folder), "--labels", str(folder / "labels.json"), "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)["runs"]
+        return {r["run"]: (r["alarmed_by_late_points"], r["caught_at_10"], bool(r["episodes"])) for r in rows}
+
+    got = {}
+    for tag in ("as_logged", kind):
+        folder = tmp_path / tag
+        labs = {}
+        for name in SUBSET:
+            d = pd.read_csv(REAL / f"{name}.csv")
+            d, labs[name] = (d, labels[name]) if tag == "as_logged" else _variant(d, labels[name], kind)
+            d.to_csv(tmp_path / f"{name}.csv", index=False)
+            assert main(["import", "csv", str(tmp_path / f"{name}.csv"), "--out", str(folder / name)]) == 0
+        (folder / "labels.json").write_text(json.dumps(labs))
+        capsys.readouterr()
+        got[tag] = outcomes(folder, labs)
+    assert got[kind] == got["as_logged"]
+    assert got["as_logged"]["trl_grpo_lora_qwen25-7b_gsm8k_rho0.30_s43"] == (True, True, True)
+    assert got["as_logged"]["verl_ppo_qwen3-0.6b_gsm8k_slurm"][2] is False

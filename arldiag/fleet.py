@@ -1,0 +1,137 @@
+"""The fleet table: one row per run under a root (its state, verdict and outcome), shared by `arldiag ls` and the
+dashboard's fleet view.
+
+Each row costs one replay of the run's steps through the detectors (``detectors.evaluate_run``); the verdict is
+the report's (``report.verdict.verdict``) over that same replay, so a row says what `arldiag report` would say at
+its top. Nothing here reads the token or sequence tables, and pandas/DuckDB load only when a table is computed.
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+# The outcome column of a row: the first of these with a value, the success rate of arldiag's own runs or the task
+# score a real run logs (the dashboard overview's score panel, dashboards.views_series.SCORE_PANEL), then the
+# validation success and the reward.
+OUTCOME_COLUMNS = ("success_rate", "success_frac", "task_score", "eval_success", "val_score", "reward_mean")
+
+# (row key, header) of the columns `arldiag ls` prints and the dashboard shows, in order; a row also holds
+# path, decline_step, risk, max_state and error (the JSON output has them all)
+COLUMNS: list[tuple[str, str]] = [
+    ("name", "run"), ("algorithm", "algorithm"), ("steps", "steps"), ("last_step", "last step"),
+    ("state", "state"), ("verdict", "verdict"), ("collapse_step", "collapse"), ("first_warning", "first warning"),
+    ("outcome", "outcome"), ("peak", "peak"), ("last", "last"),
+]
+NUMERIC = frozenset({"steps", "last_step", "collapse_step", "first_warning", "peak", "last", "risk", "decline_step"})
+ERROR = "error"  # the verdict of a run whose row could not be computed (the row's "error" says why)
+
+
+def _num(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def outcome_of(frame) -> tuple[str | None, float | None, float | None]:
+    """(column, peak, last value) of the run's outcome series (OUTCOME_COLUMNS, the first with a finite value);
+    (None, None, None) when the run logs none of them."""
+    for col in OUTCOME_COLUMNS:
+        if col not in frame.columns:
+            continue
+        vals = [f for f in (_num(v) for v in frame[col].tolist()) if f is not None]
+        if vals:
+            return col, max(vals), vals[-1]
+    return None, None, None
+
+
+def empty_row(name: str, path: str = "", algorithm: str | None = None) -> dict[str, Any]:
+    return {"name": name, "path": path, "algorithm": algorithm, "steps": 0, "last_step": None, "state": None,
+            "risk": None, "max_state": None, "verdict": None, "collapse_step": None, "decline_step": None,
+            "first_warning": None, "outcome": None, "peak": None, "last": None, "error": None}
+
+
+def run_row(run: Any, name: str, label: str | None = None) -> dict[str, Any]:
+    """The fleet row of run ``name`` of an open Run (arldiag.open_run), from one replay of its steps.
+
+    ``label``: the name shown (default ``name``), e.g. the run's folder relative to the root. A run whose
+    detectors cannot run gets the verdict ``error`` and the reason in ``error``, not an exception: one broken run
+    does not hide the others."""
+    manifest = dict((getattr(run, "manifests", {}) or {}).get(name) or {})
+    row = empty_row(label or name, str((getattr(run, "paths", {}) or {}).get(name, "")), manifest.get("algorithm"))
+    try:
+        _fill(row, run, name)
+    except Exception as exc:  # noqa: BLE001 - reported in the row (a fleet view lists every run it can)
+        row["verdict"], row["error"] = ERROR, f"{type(exc).__name__}: {exc}"
+    return row
+
+
+def _fill(row: dict[str, Any], run: Any, name: str) -> None:
+    import pandas as pd
+
+    from arldiag.detectors import decline_of, evaluate_run, label_of
+    from arldiag.report.verdict import registry_lagging, verdict
+
+    ev = evaluate_run(run, name)  # the one replay: timeline, findings and the steps frame all come from it
+    frame = ev.frame
+    row["steps"] = len(ev.steps)
+    row["last_step"] = ev.steps[-1] if ev.steps else None
+    row["outcome"], row["peak"], row["last"] = outcome_of(frame)
+    if not ev.steps:
+        return  # no step yet: nothing to judge
+    _, risk, state, _ = ev.timeline[-1]
+    row["state"], row["risk"] = state, _num(risk)
+    findings = ev.evaluator.findings(name, ev.steps)
+    collapse = label_of(frame)
+    decline = decline_of(frame) if collapse is None else None
+    timeline = pd.DataFrame([{"step": s, "risk": r, "state": st} for s, r, st, _ in ev.timeline],
+                            columns=["step", "risk", "state"])
+    v = verdict(findings, collapse, timeline, registry_lagging(), n_steps=len(ev.steps), decline=decline)
+    row.update(verdict=v.status, collapse_step=v.collapse_step, decline_step=v.decline_step,
+               first_warning=v.first_warning_step, max_state=v.max_state)
+
+
+def _label(root: Path, path: Any, name: str) -> str:
+    """A run's folder relative to the root (the name the dashboard gives it); the run's name when it is the root."""
+    try:
+        rel = Path(path).resolve().relative_to(root.resolve()).as_posix()
+    except (TypeError, ValueError, OSError):
+        return name
+    return name if rel in ("", ".") else rel
+
+
+def fleet_table(root: str | os.PathLike, run: Any = None) -> list[dict[str, Any]]:
+    """One row per run under ``root`` (a root of runs, or one run), sorted by name: see ``run_row``.
+
+    ``run``: an already open Run of the root (default: ``arldiag.open_run(root)``). Raises what open_run raises
+    for a path that is not a run or a root of runs (FileNotFoundError, a ValueError for a broken run.json)."""
+    from arldiag.store.reader import open_run
+
+    root = Path(root)
+    run = run if run is not None else open_run(root)
+    rows = [run_row(run, n, _label(root, run.paths.get(n), n)) for n in run.names]
+    return sorted(rows, key=lambda r: r["name"])
+
+
+def cell_text(key: str, value: Any) -> str:
+    """How a row's value is printed: blanks for missing values, outcome values with 3 decimals."""
+    if value is None:
+        return ""
+    if key in ("peak", "last", "risk") and isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def format_table(rows: list[dict[str, Any]], columns: list[tuple[str, str]] = COLUMNS) -> str:
+    """The rows as an aligned text table (numbers right-aligned), one line per run under a header line."""
+    cells = [[cell_text(k, r.get(k)) for k, _ in columns] for r in rows]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, (_, h) in enumerate(columns)]
+
+    def line(vals: list[str]) -> str:
+        return "  ".join(v.rjust(w) if k in NUMERIC else v.ljust(w)
+                         for (k, _), v, w in zip(columns, vals, widths)).rstrip()
+
+    return "\n".join([line([h for _, h in columns])] + [line(c) for c in cells])
