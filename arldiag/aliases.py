@@ -11,7 +11,7 @@ a trainer that logs those names, so both give the detectors the same columns (do
   accuracy, +1/-1 as verl's ReTool recipe, a sum of reward functions). ``task_score_source`` picks it from the
   logged names: verl's ``critic/score/mean``; TRL's ``rewards/<fn>/mean`` of the accuracy-like reward function
   when several are logged (``mc_idx_reward``, not ``think_format_reward``); an accuracy or success rate; else the
-  total reward. ``val_score_source`` picks a validation score the same way (``val-core/*/acc/mean@1``,
+  total reward; else a validation score, for a loop that scores only at evaluation. ``val_score_source`` picks a validation score the same way (``val-core/*/acc/mean@1``,
   ``eval/answer_accuracy``, ``val/test_score/*``).
 * ``score_bounds``: the scale of a score from the values seen: [0, 1], [-1, 1], or unknown (None).
 """
@@ -135,7 +135,8 @@ def task_score_source(names: Iterable[str]) -> str | None:
     generic = [n for n in names if _GENERIC.search(n) and not _NOT_SCORE.search(n) and not is_validation(n)]
     if generic:
         return min(generic, key=lambda n: (not _TASKLIKE.search(n.rsplit("/", 1)[-1]), len(n), n))
-    return None
+    # a loop that logs its score only at evaluation (``eval/answer_accuracy`` every N steps): that is its score
+    return val_score_source(names)
 
 
 def val_score_source(names: Iterable[str]) -> str | None:

@@ -14,6 +14,7 @@ import warnings
 # name -> (module, one-line help). Built-ins are registered here, the same way a plugin would be.
 COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("arldiag.commands.info", "print a run's manifest and table row counts"),
+    "ls": ("arldiag.commands.ls", "table of every run under a root with its state and verdict"),
     "query": ("arldiag.commands.query", "run SQL over a run's DuckDB views"),
     "import": ("arldiag.commands.import_steps", "import logs (CSV/JSONL, verl, TRL, TensorBoard, wandb) into a run store"),
     "init": ("arldiag.commands.init", "write an arldiag.toml with every default and its meaning"),

@@ -104,15 +104,32 @@ def _label(root: Path, path: Any, name: str) -> str:
 
 
 def fleet_table(root: str | os.PathLike, run: Any = None) -> list[dict[str, Any]]:
-    """One row per run under ``root`` (a root of runs, or one run), sorted by name: see ``run_row``.
+    """One row per run under ``root`` (a root of runs, a run, or a glob), sorted by name: see ``run_row``.
 
-    ``run``: an already open Run of the root (default: ``arldiag.open_run(root)``). Raises what open_run raises
-    for a path that is not a run or a root of runs (FileNotFoundError, a ValueError for a broken run.json)."""
-    from arldiag.store.reader import open_run
+    Each run is opened on its own (``arldiag.open_run(run_dir)``) and closed after its row: one connection over
+    every run would answer each run's query by scanning the union of all of them. A run that cannot be opened (a
+    broken run.json) is a row with the verdict ``error``. ``run``: an already open Run to take the rows from
+    instead. Raises FileNotFoundError for a path that is neither a run nor holds one."""
+    from arldiag.store.reader import open_run, resolve_run_dirs
 
     root = Path(root)
-    run = run if run is not None else open_run(root)
-    rows = [run_row(run, n, _label(root, run.paths.get(n), n)) for n in run.names]
+    if run is not None:
+        rows = [run_row(run, n, _label(root, run.paths.get(n), n)) for n in run.names]
+        return sorted(rows, key=lambda r: r["name"])
+    rows = []
+    for d in resolve_run_dirs([root]):
+        label = _label(root, d, Path(d).name)
+        try:
+            one = open_run(d)
+        except (OSError, ValueError) as exc:  # e.g. a broken run.json: the other runs are still listed
+            row = empty_row(label, str(d))
+            row.update(verdict=ERROR, error=f"{type(exc).__name__}: {exc}", steps=None)
+            rows.append(row)
+            continue
+        try:
+            rows.append(run_row(one, one.names[0], label))
+        finally:
+            one.close()
     return sorted(rows, key=lambda r: r["name"])
 
 

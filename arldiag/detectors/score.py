@@ -8,7 +8,8 @@ on the score as logged:
   otherwise (its own scale) the floor is 0 while no value was negative (a sum of 0/1 rewards), else the lowest
   smoothed score seen before the current points;
 * peak P: running maximum of the mean over ``peak_points`` consecutive logged points (one lucky batch is no peak);
-* now c: the mean of the last ``confirm`` points; the fall is (c - floor) / (P - floor);
+* now c: the mean of the last ``confirm`` points (one point for a score logged at evaluation steps only, at most
+  every second row); the fall is (c - floor) / (P - floor);
 * noise: the robust standard deviation of the point-to-point changes before now (1.4826 median |change| / sqrt 2); the fall
   P - c must exceed ``noise_z`` of them, so a noisy run at a low level does not alarm on two bad batches.
 
@@ -55,10 +56,15 @@ def score_collapse_rule(w, state, p) -> Signal | None:
     x = w.series(TASK_SCORE)
     v = float(x[-1]) if x.size else math.nan
     bounds = _bounds(state, v)
+    rows = state["rows"] = state.get("rows", 0) + 1
     if not math.isfinite(v):
         return None
     n = state["n"] = state.get("n", 0) + 1
     k, c_pts = int(p["peak_points"]), int(p["confirm"])
+    if rows >= 2 * n:
+        # a score logged at evaluation steps only (one point every few rows, on a fixed evaluation set): one
+        # point is a measurement, not a noisy batch, and waiting for the next evaluation would cost many steps
+        c_pts = 1
     fin = x[np.isfinite(x)]
     # running peak of the k-point mean; the floor (unknown scale) is the running minimum of the k-point means that
     # ended before the current c points, so a fall does not lower its own reference

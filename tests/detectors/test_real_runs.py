@@ -33,6 +33,7 @@ def test_task_score_source_per_trainer():
     assert task_score_source(["rewards/correctness/mean", "rewards/format/mean"]) == "rewards/correctness/mean"
     assert task_score_source(["loss", "rollout/reward"]) == "rollout/reward"
     assert task_score_source(["loss", "grad_norm"]) is None
+    assert task_score_source(["loss", "eval/answer_accuracy"]) == "eval/answer_accuracy"  # scored at evaluation only
     assert val_score_source(["eval/answer_accuracy", "eval/reward", "eval/answer_accuracy_std"]) == \
         "eval/answer_accuracy"
 
@@ -300,3 +301,18 @@ def test_detection_does_not_depend_on_how_the_run_was_logged(tmp_path, capsys, k
     assert got[kind] == got["as_logged"]
     assert got["as_logged"]["trl_grpo_lora_qwen25-7b_gsm8k_rho0.30_s43"] == (True, True, True)
     assert got["as_logged"]["verl_ppo_qwen3-0.6b_gsm8k_slurm"][2] is False
+
+
+def test_a_loop_that_scores_only_at_evaluation(tmp_path, capsys):
+    # accuracy on a fixed evaluation set every 10 steps: 0.34, 0.38, ..., 0.74 at step 110, then 0.02 from step 120;
+    # the score is that validation series, its label the first low point (120), and one low evaluation is enough
+    rows = ["step,loss,entropy,eval/answer_accuracy"]
+    for s in range(1, 201):
+        acc = "" if s % 10 else f"{(0.3 + 0.004 * s) if s < 120 else 0.02:.3f}"
+        rows.append(f"{s},0.5,{0.4 - 0.001 * s:.4f},{acc}")
+    (tmp_path / "e.csv").write_text("\n".join(rows) + "\n")
+    assert main(["import", "csv", str(tmp_path / "e.csv"), "--out", str(tmp_path / "runs" / "e")]) == 0
+    assert "task score = eval/answer_accuracy (20 points, on [0, 1])" in capsys.readouterr().err
+    assert main(["eval-detect", str(tmp_path / "runs"), "--json"]) == 0
+    (r,) = json.loads(capsys.readouterr().out)["runs"]
+    assert r["collapse_step"] == 120 and r["episodes"][0][0] == 120 and r["alarmed_by_late_points"]

@@ -1,0 +1,27 @@
+"""`arldiag ls ROOT [--json]`: one line per run under a root: algorithm, steps, alert state now, verdict, collapse
+and first warning steps, outcome peak and last value (arldiag.fleet, the table the dashboard opens on)."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("root", help="folder of runs (searched recursively), one run directory, or a glob")
+    p.add_argument("--json", action="store_true", help="print a JSON list with one object per run")
+
+
+def _clean(v):
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def main(args: argparse.Namespace) -> int:
+    from arldiag.fleet import fleet_table, format_table
+
+    rows = fleet_table(args.root)  # FileNotFoundError for a bad path: the dispatcher prints it on one line
+    if args.json:
+        print(json.dumps([{k: _clean(v) for k, v in r.items()} for r in rows], indent=2, default=str))
+    else:
+        print(format_table(rows))
+    return 0
