@@ -35,6 +35,9 @@ ALIASES: dict[str, str] = {
     "actor/lr": "lr", "learning_rate": "lr", "lr": "lr", "actor_lr": "lr",
     # KL to the reference policy: TRL's `kl` is the token-mean k3 (exp(x) - x - 1, x = lp_ref - lp)
     "kl": "kl_ref_k3", "objective/kl": "kl_ref_k3", "kl_ref": "kl_ref_k3", "ref_kl": "kl_ref_k3",
+    # verl's KL loss to the reference: its default kl_loss_type low_var_kl is the k3 estimator (clamped at 10)
+    "actor/kl_loss": "kl_ref_k3",
+    "actor/pg_loss": "pg_loss", "policy_loss": "pg_loss", "pg_loss": "pg_loss", "loss": "loss",
     # the PPO approximate KL between the updated and the old policy and the clip fraction
     "actor/ppo_kl": "ppo_kl", "approx_kl": "ppo_kl", "ppo_kl": "ppo_kl", "policy/approxkl_avg": "ppo_kl",
     "actor/pg_clipfrac": "pg_clipfrac", "clipfrac": "pg_clipfrac", "clip_frac": "pg_clipfrac",
