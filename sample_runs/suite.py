@@ -2,10 +2,14 @@
 
     python sample_runs/suite.py list                      # one command per run (copy one to regenerate that run)
     python sample_runs/suite.py run grpo_s0 cispo_s3      # regenerate some runs
-    python sample_runs/suite.py all [--jobs 2]            # regenerate every run, then the table in README.md
-    python sample_runs/suite.py table                     # only rewrite the table (sample_runs/README.md)
+    python sample_runs/suite.py all [--jobs 2]            # regenerate every run, then print their table
+    python sample_runs/suite.py table [--out DIR]         # print the table of the runs in DIR (default sample_runs/)
+    python sample_runs/suite.py table --write [--out DIR] # ... and write it into sample_runs/README.md
     python sample_runs/suite.py all --set stress --out DIR  # the harsher CISPO set (lr 2.5e-4), with and without
-                                                          # --auto-stabilize, and its table
+                                                          # --auto-stabilize
+
+Training never edits the project's files: the committed tables of sample_runs/README.md change only with
+``table --write``.
 
 Seeds 0-2 are the dev split and seeds 3-4 the held-out split (run.json config.split, written by the trainer):
 detector thresholds may be tuned on dev runs only. Every run of the suite shares SETTING; runs differ only in the
@@ -148,6 +152,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--set", choices=("suite", *SETS), default="suite",
                    help="the seeded suite (SETTING, six algorithms), the stress set (CISPO at lr 2.5e-4) or the lag "
                         "set (CISPO at lr 1.75e-4 on rollouts one update old)")
+    p.add_argument("--write", action="store_true",
+                   help="with `table`: write the table into sample_runs/README.md (its generated block)")
     p.add_argument("--seeds", type=parse_seeds, default=SEEDS,
                    help="seeds, e.g. 0-4 (default) or 5-14: every fifth-block repeats the split, seeds 5k..5k+2 dev "
                         "and 5k+3..5k+4 held out")
@@ -160,9 +166,15 @@ def main(argv: list[str]) -> int:
             print(shlex.join(args))
         return 0
     if a.what == "table":
-        from summarize import write_table  # sample_runs/summarize.py, next to this file
+        from summarize import summarize, tables, write_table  # sample_runs/summarize.py, next to this file
 
-        write_table(block=block)
+        dirs = _written(a.out, table) if Path(a.out) != HERE else None
+        if a.write:
+            write_table(dirs, block=block)
+        else:
+            from summarize import suite_runs
+
+            print(tables([summarize(d) for d in (dirs or suite_runs())]))
         return 0
     names = list(table) if a.what == "all" else a.names
     unknown = [n for n in names if n not in table]
@@ -176,12 +188,15 @@ def main(argv: list[str]) -> int:
         for name, code, seconds in pool.map(lambda n: run_one(n, table[n], out), names):
             print(f"{name}: {'ok' if code == 0 else f'FAILED (exit {code})'} in {seconds / 60:.1f} min", flush=True)
             failed += code != 0
-    if a.what == "all":  # the tables of the runs just written, wherever --out put them
-        from summarize import write_table
+    if a.what == "all":  # the table of the runs just written, printed: `table --write` commits it
+        from summarize import summarize, tables
 
-        write_table(sorted(p for p in Path(a.out).iterdir() if (p / "run.json").exists() and p.name in table),
-                    block=block)
+        print(tables([summarize(d) for d in _written(a.out, table)]))
     return 1 if failed else 0
+
+
+def _written(out: str, table: dict) -> list[Path]:
+    return sorted(p for p in Path(out).iterdir() if (p / "run.json").exists() and p.name in table)
 
 
 if __name__ == "__main__":
