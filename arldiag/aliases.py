@@ -112,8 +112,10 @@ def resolve_name(name: str, table: Mapping[str, str]) -> str | None:
     return None
 
 
-def task_score_source(names: Iterable[str]) -> str | None:
-    """The logged name that is the run's task score, or None (see the module doc)."""
+def task_score_source(names: Iterable[str], validation_fallback: bool = True) -> str | None:
+    """The logged name that is the run's task score, or None (see the module doc). ``validation_fallback``: when
+    nothing else is found, the validation score (an import sees every column of the log at once; a live trainer's
+    validation-only step must not turn its validation score into the training score)."""
     names = list(dict.fromkeys(names))
     have = set(names)
     if TASK_SCORE in have:
@@ -139,7 +141,7 @@ def task_score_source(names: Iterable[str]) -> str | None:
     if generic:
         return min(generic, key=lambda n: (not _TASKLIKE.search(n.rsplit("/", 1)[-1]), len(n), n))
     # a loop that logs its score only at evaluation (``eval/answer_accuracy`` every N steps): that is its score
-    return val_score_source(names)
+    return val_score_source(names) if validation_fallback else None
 
 
 def val_score_source(names: Iterable[str]) -> str | None:
@@ -199,7 +201,8 @@ class LiveResolver:
             if to is not None and to != k and to not in taken:
                 plan.append((k, to))
                 taken.add(to)
-        for src, to in ((task_score_source(keys), TASK_SCORE), (val_score_source(keys), VAL_SCORE)):
+        for src, to in ((task_score_source(keys, validation_fallback=False), TASK_SCORE),
+                        (val_score_source(keys), VAL_SCORE)):
             if src is not None and src != to and to not in keys and src not in self._skip:
                 plan.append((src, to))
         return plan

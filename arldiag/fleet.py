@@ -108,20 +108,22 @@ def fleet_table(root: str | os.PathLike, run: Any = None) -> list[dict[str, Any]
 
     Each run is opened on its own (``arldiag.open_run(run_dir)``) and closed after its row: one connection over
     every run would answer each run's query by scanning the union of all of them. A run that cannot be opened (a
-    broken run.json) is a row with the verdict ``error``. ``run``: an already open Run to take the rows from
-    instead. Raises FileNotFoundError for a path that is neither a run nor holds one."""
+    broken run.json) is a row with the verdict ``error`` while another run opens; when none does, its error is
+    raised, as for a path that is neither a run nor holds one (FileNotFoundError). ``run``: an already open Run to
+    take the rows from instead."""
     from arldiag.store.reader import open_run, resolve_run_dirs
 
     root = Path(root)
     if run is not None:
         rows = [run_row(run, n, _label(root, run.paths.get(n), n)) for n in run.names]
         return sorted(rows, key=lambda r: r["name"])
-    rows = []
+    rows, failed = [], []
     for d in resolve_run_dirs([root]):
         label = _label(root, d, Path(d).name)
         try:
             one = open_run(d)
         except (OSError, ValueError) as exc:  # e.g. a broken run.json: the other runs are still listed
+            failed.append(exc)
             row = empty_row(label, str(d))
             row.update(verdict=ERROR, error=f"{type(exc).__name__}: {exc}", steps=None)
             rows.append(row)
@@ -130,6 +132,8 @@ def fleet_table(root: str | os.PathLike, run: Any = None) -> list[dict[str, Any]
             rows.append(run_row(one, one.names[0], label))
         finally:
             one.close()
+    if failed and len(failed) == len(rows):
+        raise failed[0]
     return sorted(rows, key=lambda r: r["name"])
 
 

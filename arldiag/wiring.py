@@ -125,10 +125,10 @@ def _attach_verl(config: Any, run_dir: str, kw: dict) -> Attachment:
     att.wired += [f"policy loss {mode!r}: verl's loss unchanged, per-token log-probs, old log-probs, advantages, "
                   "mask, entropy and reference log-probs when the actor computes them, and the loss's metrics",
                   f"${verl_loss.RUN_ENV}={os.environ[verl_loss.RUN_ENV]} (Ray workers started from now inherit it)"]
-    att.missing += ["rollout side (uid groups, rewards, rollout log-probs): verl's driver hands them to no "
-                    "registry; import verl's file-logger JSONL (`arldiag import verl-jsonl`) for its scalars, or "
-                    "call arldiag.collectors.verl.record_verl_rollout in a custom loop",
-                    "verl's driver-side scalars (critic/*, response_length/*, timing) live: same as above"]
+    # the driver's logged scalars (critic/score/mean, response_length/*, timing, validation) are recorded live by
+    # the plugin's Tracking.log hook (collectors/verl_tracking.py) into the same run
+    att.missing += ["rollout side (uid groups, per-sample rewards, rollout log-probs): verl's driver hands them to "
+                    "no registry; call arldiag.collectors.verl.record_verl_rollout in a custom loop"]
     try:
         import verl  # noqa: F401 - loads the plugin, which registers the loss modes in this process
     except ImportError:

@@ -2,7 +2,8 @@
 
 Nothing heavy at import: Dash, plotly and DuckDB load when ``create_app`` is called.
 
-Modules (imports point down): cli -> app -> layout, callbacks -> views_series / views_alerts / views_sequences
+Modules (imports point down): cli -> app -> layout, callbacks -> fleet (the table of every run under the root,
+arldiag.fleet) / views_series / views_alerts / views_sequences
 -> queries (DuckDB SQL over one run's views), figures (plotly), detectors_bridge (lazy arldiag.detectors)
 -> source (runs under the root, file-signature cache, background warm-up) -> security (run-name resolution,
 token guard) -> arldiag.store.reader.

@@ -15,6 +15,7 @@ def create_app(root: Path | str, token: str | None = None, refresh_ms: int = DEF
     import dash
 
     from arldiag.dashboards import callbacks, layout
+    from arldiag.dashboards.fleet import FleetRows
 
     if refresh_ms <= 0:
         raise ValueError(f"refresh_ms must be positive, got {refresh_ms}")
@@ -25,8 +26,10 @@ def create_app(root: Path | str, token: str | None = None, refresh_ms: int = DEF
         enable_mcp=False,  # no extra endpoints beyond the page and its callbacks
     )
     app.layout = lambda: layout.build_layout(source, refresh_ms)  # a function: the run list is fresh per page load
-    callbacks.register(app, source)
+    fleet = FleetRows(source, opener=opener)  # the table the page opens on, over the same runs and opener
+    callbacks.register(app, source, fleet)
     if token:
         install_token_guard(app.server, token)
     app.arldiag_source = source  # for tests and the benchmark
+    app.arldiag_fleet = fleet
     return app

@@ -11,6 +11,7 @@ import time
 from dash import ALL, Input, Output, State, ctx, no_update
 from dash.exceptions import PreventUpdate
 
+from arldiag.dashboards import fleet as fleet_view
 from arldiag.dashboards import views_alerts, views_sequences, views_series
 from arldiag.dashboards.layout import HIDDEN, SHOWN
 from arldiag.dashboards.source import RunSource
@@ -20,7 +21,10 @@ CLICKABLE = ["g-overview", "g-clipping", "g-ratios-heat", "g-kl", "g-advantages"
              "g-turns-heat", "g-timeline"]
 
 
-def register(app, source: RunSource) -> None:
+def register(app, source: RunSource, fleet: "fleet_view.FleetRows | None" = None) -> None:
+    """All callbacks of the page; ``fleet``: the fleet table's rows (default: computed over ``source``'s runs)."""
+    fleet_view.register(app, source, fleet if fleet is not None else fleet_view.FleetRows(source))
+
     def _runs(value) -> list[str]:
         # Names come from the browser: keep only those that resolve to a run inside the root.
         if not value:

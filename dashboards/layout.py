@@ -1,8 +1,10 @@
-"""The page: run picker, view tabs, one container per view (shown/hidden by its own callback), live refresh."""
+"""The page: the fleet table of every run under the root (dashboards.fleet), then the run picker, view tabs, one
+container per view (shown/hidden by its own callback), live refresh."""
 from __future__ import annotations
 
 from dash import dcc, html
 
+from arldiag.dashboards import fleet
 from arldiag.dashboards.source import RunSource
 
 TABS = [("overview", "Overview"), ("ratios", "IS ratios & clipping"), ("kl", "KL & mismatch"),
@@ -18,9 +20,12 @@ def _graph(gid: str) -> dcc.Graph:
 
 def build_layout(source: RunSource, refresh_ms: int = 2000) -> html.Div:
     names = source.names(rescan=True)
+    root_name = source.root.name or str(source.root)
     return html.Div(className="page", children=[
-        html.Div(className="header", children=[
-            html.H3("arldiag"),
+        # the page opens on the fleet: every run under the root; a click on a row opens it in the views below
+        fleet.section(root_name, lead=html.H3("arldiag", style={"margin": "4px 0"})),
+        html.Div(className="header", id="run-header", children=[
+            html.B("run"),
             # one run by default (the most recently written: names are newest first); comparing is a choice
             dcc.Dropdown(id="run-select", options=[{"label": n, "value": n} for n in names],
                          value=names[0] if names else None, multi=False, clearable=False,
@@ -28,7 +33,7 @@ def build_layout(source: RunSource, refresh_ms: int = 2000) -> html.Div:
             dcc.Dropdown(id="compare-select", options=[{"label": n, "value": n} for n in names], value=[],
                          multi=True, placeholder="compare with...", className="runs compare"),
             html.Span(id="status", className="muted",
-                      children=f"{len(names)} run(s) under {source.root.name or source.root}"),
+                      children=f"{len(names)} run(s) under {root_name}"),
         ]),
         dcc.Store(id="selected-runs", data=names[:1]),
         dcc.Tabs(id="tabs", value="overview", children=[dcc.Tab(label=label, value=v) for v, label in TABS]),
@@ -66,5 +71,6 @@ def build_layout(source: RunSource, refresh_ms: int = 2000) -> html.Div:
         ]),
         dcc.Interval(id="tick", interval=int(refresh_ms), n_intervals=0),
         dcc.Store(id="data-version", data=source.version),
+        *fleet.stores(),
     ])
 

@@ -125,7 +125,9 @@ def turns_missing(source: RunSource, runs: Sequence[str]) -> str:
         return "no run selected"
     data = series(source, runs, "turns")
     heat = [source.cached(n, ("turn_heatmap",), queries.turn_heatmap) for n in runs]
-    if any(h is not None and not h.empty for h in heat) or figures.recorded_panels(data, PANELS["turns"])[0]:
+    # the turn panels proper: the task score that leads every view says nothing about turns
+    turn_panels = [pnl for pnl in PANELS["turns"] if pnl != SCORE_PANEL]
+    if any(h is not None and not h.empty for h in heat) or figures.recorded_panels(data, turn_panels)[0]:
         return ""
     return (f"Turns were not recorded for {', '.join(runs)}: the run has no turn rows (single-turn samples, or "
             "turn_ids were not given to record_rollout / record_update).")

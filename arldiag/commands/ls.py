@@ -17,9 +17,15 @@ def _clean(v):
 
 
 def main(args: argparse.Namespace) -> int:
-    from arldiag.fleet import fleet_table, format_table
+    import sys
 
-    rows = fleet_table(args.root)  # FileNotFoundError for a bad path: the dispatcher prints it on one line
+    from arldiag.fleet import ERROR, fleet_table, format_table
+
+    # a bad path (or a root whose every run is broken) raises: the dispatcher prints it on one line
+    rows = fleet_table(args.root)
+    for r in rows:  # a broken run among readable ones is listed with the verdict "error", and named here
+        if r.get("verdict") == ERROR:
+            print(f"arldiag ls: warning: {r['name']}: {r.get('error')}", file=sys.stderr)
     if args.json:
         print(json.dumps([{k: _clean(v) for k, v in r.items()} for r in rows], indent=2, default=str))
     else:

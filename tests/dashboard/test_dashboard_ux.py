@@ -79,7 +79,8 @@ def test_one_run_by_default_with_the_collapse_marked(samples_root, serve, browse
     assert browser.find_element("css selector", "#run-select").text.strip().startswith("cispo_s0")
     fig = _figure(browser, "g-overview")
     assert {t["name"].split(" · ")[0] for t in fig["traces"]} <= {"success_rate", "success_frac", "format_valid_frac",
-                                                                   "ppo_kl", "kl_ref_k3", "grad_norm", "entropy"}
+                                                                   "ppo_kl", "kl_ref_k3", "grad_norm", "entropy",
+                                                                   "response_length_mean", "truncated_frac"}
     assert not any(" · " in t["name"] for t in fig["traces"])  # one run: no run prefix
     # the collapse step: a vertical line at x = the collapse step in the figure, named in its meta and annotation
     assert fig["meta"] == {"collapse": {"cispo_s0": collapse}, "decline": {}}
@@ -88,7 +89,8 @@ def test_one_run_by_default_with_the_collapse_marked(samples_root, serve, browse
     assert f"collapse {collapse}" in fig["annotations"]
     # one panel per recorded signal group, each with its own step tick labels
     panels = [a for a in fig["annotations"] if not a.startswith("collapse")]
-    assert len(fig["xaxes"]) == len(panels) == 6 and all(fig["xaxes"])
+    # task score, format, ppo_kl, kl_ref, grad norm, entropy, response length, truncation
+    assert len(fig["xaxes"]) == len(panels) == 8 and all(fig["xaxes"])
     # tick labels drawn under every panel (plotly names them xtick, x2tick, ... per axis)
     drawn = browser.execute_script(f"""const g = {_plot_js('g-overview')};
         return Object.keys(g._fullLayout).filter(k => /^xaxis\\d*$/.test(k)).map(k => g._fullLayout[k]._id)

@@ -62,6 +62,9 @@ def test_live_resolver_copies_and_skips_own_outcomes():
     assert out["task_score"] == 0.4 and out["entropy"] == 0.3 and out["actor/entropy"] == 0.3
     assert "task_score" not in r({"success_rate": 0.5})
     assert r({"entropy": 0.2, "actor/entropy": 0.9})["entropy"] == 0.2  # the trainer's own name wins
+    # verl's validation before training (step 0): a validation score, never the training score
+    val0 = r({"val-core/openai/gsm8k/acc/mean@1": 0.55})
+    assert val0["val_score"] == 0.55 and "task_score" not in val0
 
 
 def test_collector_resolves_trl_names_live(tmp_path):
