@@ -193,8 +193,10 @@ class LiveResolver:
         self._plans: dict[frozenset, list[tuple[str, str]]] = {}
 
     def _plan(self, keys: frozenset) -> list[tuple[str, str]]:
-        if self._table is None:
-            self._table = alias_table(self._extra)
+        if self._table is None:  # arldiag.toml [aliases], then the names given here, on top of the table
+            from arldiag.settings import file_aliases
+
+            self._table = alias_table({**file_aliases(), **self._extra})
         plan, taken = [], set(keys)
         for k in sorted(keys):
             to = resolve_name(k, self._table)

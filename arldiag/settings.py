@@ -138,6 +138,7 @@ def defaults() -> dict[str, Any]:
     discord = _signature_defaults(DiscordSink.__init__, ["mention_severity", "min_severity"])
     email = _signature_defaults(EmailSink.__init__, [k for k in CHANNEL_KEYS["email"] if k != "host"])
     return {
+        "aliases": {},  # logged name -> arldiag name, on top of arldiag/aliases.py (import and live record_step)
         "collector": {k: _plain(v) for k, v in _signature_defaults(Collector.__init__, COLLECTOR_KEYS).items()},
         "monitor": {k: _plain(v) for k, v in mon.items()},
         "risk": {f.name: _plain(getattr(risk, f.name)) for f in dataclasses.fields(risk)},
@@ -183,6 +184,9 @@ def render_default_file() -> str:
             out.append(f"{k} = {_toml_value(v)}" + (f"  # {m}" if m else ""))
         out.append("")
 
+    out += ["# Logged metric names -> arldiag's names, on top of the built-in table (docs/integrations/importers.md",
+            "# \"Metric names\"), for `arldiag import` and a trainer's live record_step, e.g.",
+            '# "train/my_entropy" = "entropy"   or   "eval/pass_at_1" = "task_score"', "[aliases]", ""]
     section("collector", d["collector"], COLLECTOR_KEYS)
     section("monitor", d["monitor"], MONITOR_KEYS)
     section("risk", d["risk"], RISK_MEANINGS, ["Online risk: detectors' levels -> one risk -> alert state."])
@@ -200,6 +204,11 @@ def _merge(base: dict, new: Mapping, where: str, path: tuple = ()) -> None:
     """Merge ``new`` into ``base``; keys that ``base`` (the defaults) does not have are errors."""
     for k, v in new.items():
         p = path + (k,)
+        if path == ("aliases",):  # [aliases]: free-form, logged name -> arldiag name (arldiag.aliases)
+            if not isinstance(v, str) or not v:
+                raise ValueError(f"{where}: aliases.{k} must be an arldiag metric name (a string), got {v!r}")
+            base[k] = v
+            continue
         if k not in base:
             raise ValueError(f"{where}: unknown setting {'.'.join(p)!r}; known here: "
                              f"{', '.join(sorted(base)) or '(none)'}")
@@ -356,6 +365,23 @@ class Settings:
                     stop_on=m["stop_on"] or None, min_severity=m["min_severity"])
         args.update(kwargs)
         return Monitor(**args)
+
+
+def file_aliases(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``[aliases]`` table of the active arldiag.toml ($ARLDIAG_CONFIG, else ./arldiag.toml), read on its own
+    (standard library only: the Collector reads it inside the training process); {} without a file or table.
+    A malformed file is left to ``load`` to report: here it gives {}."""
+    from arldiag._toml import loads
+
+    env = os.environ if env is None else env
+    path = env.get(CONFIG_ENV) or (DEFAULT_FILE if Path(DEFAULT_FILE).is_file() else None)
+    if not path:
+        return {}
+    try:
+        table = loads(Path(path).read_text(encoding="utf-8")).get("aliases") or {}
+    except (OSError, ValueError):
+        return {}
+    return {str(k): v for k, v in table.items() if isinstance(v, str) and v} if isinstance(table, dict) else {}
 
 
 _ACTIVE: dict[tuple, Settings] = {}

@@ -103,8 +103,10 @@ def name_plan(columns, user: Mapping[str, str], keep_names: bool) -> tuple[dict[
     the logged column they are read from (arldiag.aliases.task_score_source)."""
     from arldiag.aliases import TASK_SCORE, VAL_SCORE, alias_table, resolve_name, task_score_source, val_score_source
 
+    from arldiag.settings import file_aliases
+
     cols = list(dict.fromkeys(columns))
-    table = {} if keep_names else alias_table()
+    table = {} if keep_names else alias_table(file_aliases())  # arldiag.toml [aliases] extends the table
     taken = {c for c in cols if c not in user and (keep_names or resolve_name(c, table) in (None, c))}
     rename: dict[str, str] = {}
     for c in cols:

@@ -319,3 +319,22 @@ def test_a_loop_that_scores_only_at_evaluation(tmp_path, capsys):
     assert main(["eval-detect", str(tmp_path / "runs"), "--json"]) == 0
     (r,) = json.loads(capsys.readouterr().out)["runs"]
     assert r["collapse_step"] == 120 and r["episodes"][0][0] == 120 and r["alarmed_by_late_points"]
+
+
+def test_aliases_from_arldiag_toml(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ARLDIAG_CONFIG", raising=False)
+    (tmp_path / "arldiag.toml").write_text('[aliases]\n"my/ent" = "entropy"\n"eval/pass1" = "task_score"\n')
+    (tmp_path / "m.csv").write_text("step,my/ent,eval/pass1\n0,0.5,0.2\n1,0.4,0.3\n")
+    assert main(["import", "csv", "m.csv", "--out", "r"]) == 0
+    assert "my/ent -> entropy" in capsys.readouterr().err
+    df = arldiag.open_run(tmp_path / "r").sql("select step, entropy, task_score from steps order by step").df()
+    assert df.values.tolist() == [[0, 0.5, 0.2], [1, 0.4, 0.3]]
+    with arldiag.Collector(tmp_path / "live") as col:  # the same table for a trainer logging live
+        col.record_step(0, metrics={"my/ent": 0.7})
+    assert arldiag.open_run(tmp_path / "live").sql("select entropy from steps").fetchall()[0][0] == 0.7
+    (tmp_path / "arldiag.toml").write_text('[aliases]\n"x" = 3\n')
+    with pytest.raises(ValueError, match="aliases.x must be an arldiag metric name"):
+        from arldiag.settings import load
+
+        load()
