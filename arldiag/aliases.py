@@ -171,8 +171,11 @@ def score_bounds(values: Iterable[float]) -> tuple[float, float] | None:
     for v in values:
         if v == v and abs(v) != float("inf"):
             lo, hi, n = min(lo, v), max(hi, v), n + 1
-    if not n:
-        return None
+    return bounds_of_range(lo, hi) if n else None
+
+
+def bounds_of_range(lo: float, hi: float) -> tuple[float, float] | None:
+    """(0, 1) or (-1, 1) when [lo, hi] fits in it, else None (the score's own scale)."""
     if lo >= 0.0 and hi <= 1.0:
         return (0.0, 1.0)
     if lo >= -1.0 and hi <= 1.0:

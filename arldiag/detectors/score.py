@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from arldiag.aliases import TASK_SCORE
+from arldiag.aliases import TASK_SCORE, bounds_of_range
 from arldiag.detectors.base import Detector, Signal
 
 
@@ -34,13 +34,7 @@ def _bounds(state: dict, v: float) -> tuple[float, float] | None:
         state["lo_seen"] = min(state.get("lo_seen", v), v)
         state["hi_seen"] = max(state.get("hi_seen", v), v)
     lo, hi = state.get("lo_seen"), state.get("hi_seen")
-    if lo is None:
-        return None
-    if lo >= 0.0 and hi <= 1.0:
-        return (0.0, 1.0)
-    if lo >= -1.0 and hi <= 1.0:
-        return (-1.0, 1.0)
-    return None
+    return None if lo is None else bounds_of_range(lo, hi)
 
 
 def robust_noise(x: np.ndarray) -> float:
