@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument("--config", metavar="FILE", default=None,
                             help="arldiag.toml to apply (default: ./arldiag.toml or $ARLDIAG_CONFIG)")
     args = parser.parse_args(rest)
+    previous = os.environ.get("ARLDIAG_CONFIG")
     if getattr(args, "config", None):  # one configuration for the whole command: settings.active() reads it
         if not os.path.isfile(args.config):
             print(f"arldiag {name}: error: config: {args.config!r} does not exist", file=sys.stderr)
@@ -79,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"arldiag {name}: error: {exc}", file=sys.stderr)
         return 2
+    finally:  # main() called in-process (tests, notebooks) leaves the environment as it found it
+        if getattr(args, "config", None):
+            if previous is None:
+                os.environ.pop("ARLDIAG_CONFIG", None)
+            else:
+                os.environ["ARLDIAG_CONFIG"] = previous
 
 
 def _user_error(exc: BaseException) -> bool:
