@@ -71,6 +71,13 @@ class Monitor:
                 self._sinks.append(s)
             else:
                 raise ValueError(f"sinks: unknown sink {s!r}; use 'console', 'store', 'wandb' or a callable")
+        if sinks is DEFAULT_SINKS:
+            # the alert channels of the active arldiag.toml / environment (Slack, Discord, webhook, email): a
+            # Monitor built without sinks of its own sends where the configuration says (Settings.monitor passes
+            # its sinks explicitly, so nothing is added twice)
+            from arldiag.settings import active
+
+            self._sinks.extend(active().channels())
         if webhook is not None:
             self._sinks.append(webhook if isinstance(webhook, WebhookSink) else WebhookSink(str(webhook)))
         if callback is not None:

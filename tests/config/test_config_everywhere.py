@@ -95,3 +95,15 @@ def test_detector_settings_reach_the_monitor_and_the_dashboard_bridge(in_folder,
     assert found and "grad_norm_spike" not in {f["detector"] for f in found}
     os.remove(in_folder / "arldiag.toml")
     assert "grad_norm_spike" in {d.name for d in arldiag.Monitor(sinks=[]).evaluator.detectors}
+
+
+def test_alert_channels_reach_a_plain_monitor(in_folder):
+    import arldiag
+    from arldiag.alerts import WebhookSink
+
+    assert not any(isinstance(s, WebhookSink) for s in arldiag.Monitor()._sinks)
+    (in_folder / "arldiag.toml").write_text('[alerts.webhook]\nurl = "http://127.0.0.1:9/hook"\n')
+    hooks = [s for s in arldiag.Monitor()._sinks if isinstance(s, WebhookSink)]
+    assert len(hooks) == 1
+    # a Monitor with sinks of its own (Settings.monitor passes them) gets nothing added
+    assert not any(isinstance(s, WebhookSink) for s in arldiag.Monitor(sinks=["console"])._sinks)
