@@ -96,6 +96,27 @@ def load_steps(path: Path, fmt: str, step_column: str, rename: Mapping[str, str]
     return steps, seen - numeric
 
 
+# step columns other loggers write, tried in this order when the format's default is not a column of the file
+STEP_COLUMNS = ("step", "global_step", "_step", "train/global_step", "training/global_step", "trainer/global_step",
+                "iteration", "iter", "Step")
+
+
+def find_step_column(path: Path, fmt: str, default: str) -> str:
+    """``default`` when the first row has it, else the first of ``STEP_COLUMNS`` it has (said on stderr); the
+    default otherwise, so that load_steps names the missing column."""
+    from arldiag.importers import STEP_READERS
+
+    first = next(iter(STEP_READERS[fmt][0](path)), None)
+    if first is None or default in first[1]:
+        return default
+    hit = next((c for c in STEP_COLUMNS if c in first[1]), None)
+    if hit is None:
+        return default
+    print(f"arldiag import: step column = {hit} (no {default!r} column; --step-column chooses another)",
+          file=sys.stderr)
+    return hit
+
+
 def name_plan(columns, user: Mapping[str, str], keep_names: bool) -> tuple[dict[str, str], dict[str, str]]:
     """(rename, copies) for a log's columns. rename: logged name -> arldiag name (``--rename`` first, then the
     alias table; a column already named as arldiag names it keeps its name, and of two logged names for one
@@ -167,8 +188,11 @@ def import_steps(file: str, out: str, step_column: str | None = None, fmt: str |
         raise ValueError(f"format: {fmt!r} is not a step-metrics format; choose from {', '.join(STEP_READERS)}")
     if path.is_dir() and fmt != "tensorboard":
         raise ValueError(f"file: {file!r} is a folder; format {fmt} reads a file")
+    given = step_column is not None
     step_column = step_column or STEP_READERS[fmt][1]
     _check_new_run(out)
+    if not given:
+        step_column = find_step_column(path, fmt, step_column)
     raw, never_numeric = load_steps(path, fmt, step_column)
     if not raw:
         raise ValueError(f"file: {file!r} holds no rows")

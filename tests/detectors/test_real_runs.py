@@ -338,3 +338,15 @@ def test_aliases_from_arldiag_toml(tmp_path, monkeypatch, capsys):
         from arldiag.settings import load
 
         load()
+
+
+def test_import_finds_the_step_column(tmp_path, capsys):
+    (tmp_path / "m.csv").write_text("global_step,reward\n0,0.5\n5,0.6\n10,0.7\n")
+    assert main(["import", "csv", str(tmp_path / "m.csv"), "--out", str(tmp_path / "r")]) == 0
+    assert "step column = global_step" in capsys.readouterr().err
+    run = arldiag.open_run(tmp_path / "r")
+    assert run.sql("select step from steps order by step").df()["step"].tolist() == [0, 5, 10]
+    assert run.manifests[run.names[0]]["config"]["log_interval_steps"] == 5
+    (tmp_path / "n.csv").write_text("when,reward\n0,0.5\n")
+    assert main(["import", "csv", str(tmp_path / "n.csv"), "--out", str(tmp_path / "n")]) == 2
+    assert "'step' is not a column" in capsys.readouterr().err
