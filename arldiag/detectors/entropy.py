@@ -69,9 +69,6 @@ def entropy_blowup_rule(w, state, p) -> Signal | None:
     lv = grade_above(cur / base, p["ratio_levels"])
     if not lv:
         return None
-    ctx = outcome_of(w)
-    if lv < 3 and ctx.improving(p["improve_keep"], p["improve_rise"]):
-        return None  # more exploration while the outcome still climbs (clip-higher runs): learning, below critical
     return Signal(lv, cur, "entropy", f"entropy {cur:.3g} = {cur / base:.1f}x its early level")
 
 
@@ -80,9 +77,7 @@ ENTROPY_BLOWUP = Detector(
     title="Entropy blow-up",
     inputs=("entropy",),
     rule=entropy_blowup_rule,
-    # improve_*: below critical, quiet while the outcome is within improve_keep of its peak and rose by improve_rise
-    # over the trend span (entropy that grows while the score climbs is exploration, as clip-higher intends)
-    params=dict(smooth=3, baseline_steps=10, ratio_levels=(1.5, 2.0, 3.0), improve_keep=0.9, improve_rise=0.1),
+    params=dict(smooth=3, baseline_steps=10, ratio_levels=(1.5, 2.0, 3.0)),
     explanation="Token entropy rose well above its early level: the policy is drifting towards uniform, usually "
                 "with garbled text and invalid formats, as in ARLArena's collapsed runs.",
     recommendation="Lower the learning rate; check for non-finite gradients, negative-advantage low-IS "

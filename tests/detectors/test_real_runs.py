@@ -350,20 +350,3 @@ def test_import_finds_the_step_column(tmp_path, capsys):
     (tmp_path / "n.csv").write_text("when,reward\n0,0.5\n")
     assert main(["import", "csv", str(tmp_path / "n.csv"), "--out", str(tmp_path / "n")]) == 2
     assert "'step' is not a column" in capsys.readouterr().err
-
-
-def test_entropy_rising_while_the_score_climbs_is_exploration():
-    # entropy doubles from step 20 on (0.2 -> 0.45: warning, 2.25x); with the score climbing 0.3 -> 0.9 it is
-    # exploration (quiet); with the score flat at 0.6 it is a warning
-    def rows(climb):
-        out = []
-        for t in range(60):
-            score = 0.3 + 0.01 * t if climb else 0.6
-            out.append({"step": t, "entropy": 0.2 if t < 20 else 0.45, "task_score": score})
-        return out
-
-    for climb, want in ((True, None), (False, 2)):
-        ev = Evaluator(["entropy_blowup"], risk=RiskConfig())
-        last = [ev.update(r["step"], r) for r in rows(climb)][-1]
-        got = last.signals.get("entropy_blowup")
-        assert (got.level if got else None) == want, climb
