@@ -367,14 +367,19 @@ class Settings:
         return Monitor(**args)
 
 
+def config_path(env: Mapping[str, str] | None = None) -> str | None:
+    """The configuration file in force: $ARLDIAG_CONFIG, else ./arldiag.toml if it exists, else None."""
+    env = os.environ if env is None else env
+    return env.get(CONFIG_ENV) or (DEFAULT_FILE if Path(DEFAULT_FILE).is_file() else None)
+
+
 def file_aliases(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The ``[aliases]`` table of the active arldiag.toml ($ARLDIAG_CONFIG, else ./arldiag.toml), read on its own
     (standard library only: the Collector reads it inside the training process); {} without a file or table.
     A malformed file is left to ``load`` to report: here it gives {}."""
     from arldiag._toml import loads
 
-    env = os.environ if env is None else env
-    path = env.get(CONFIG_ENV) or (DEFAULT_FILE if Path(DEFAULT_FILE).is_file() else None)
+    path = config_path(env)
     if not path:
         return {}
     try:
@@ -391,7 +396,7 @@ def active() -> Settings:
     """The configuration every consumer applies when it is not handed one: ``load()`` (./arldiag.toml or
     $ARLDIAG_CONFIG, then the environment), read once per process and file version (the file's path and mtime
     and the ARLDIAG_* environment are the cache key, so an edited file is read again)."""
-    path = os.environ.get(CONFIG_ENV) or (DEFAULT_FILE if Path(DEFAULT_FILE).is_file() else None)
+    path = config_path()
     try:
         stamp = (str(Path(path).resolve()), Path(path).stat().st_mtime_ns) if path else None
     except OSError:
@@ -413,7 +418,7 @@ def load(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = 
     values = defaults()
     source = None
     if path is None:
-        path = env.get(CONFIG_ENV) or (DEFAULT_FILE if Path(DEFAULT_FILE).is_file() else None)
+        path = config_path(env)
     if path is not None:
         p = Path(path)
         if not p.is_file():

@@ -135,7 +135,6 @@ def evaluate(run, min_lead: int = 10, alarm_gap: int = 20, precursors: int = 0, 
     """Score the runs (``names``: a subset of run.names, else those of ``split``, else all); ``labels``
     (``load_labels``) replaces arldiag's own label for the runs it names."""
     from arldiag.detectors import decline_of, evaluate_run, events_of
-    from arldiag.detectors.batch import log_interval
     from arldiag.detectors.precursors import precursor_scan
     from arldiag.detectors.risk import calibrated_model
 
@@ -145,8 +144,7 @@ def evaluate(run, min_lead: int = 10, alarm_gap: int = 20, precursors: int = 0, 
     for name in (list(names) if names is not None else select_split(run, split)):
         re = evaluate_run(run, name, risk_model=risk)
         lab = (labels or {}).get(name)
-        interval = getattr(re.evaluator, "interval", None) or log_interval([s for s, *_ in re.timeline],
-                                                                          run.manifests.get(name))
+        interval = re.evaluator.interval  # the batch evaluator's (batch.log_interval)
         if lab is not None:
             c, dips, dec = lab["collapse_step"], [], None
             interval = lab["log_interval_steps"] or interval

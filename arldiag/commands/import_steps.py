@@ -40,14 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "step and advantage)")
 
 
-def known_names() -> dict[str, str]:
-    """Logged name -> arldiag name: the alias table of arldiag/aliases.py (the schema's cited verl/TRL sources
-    and the names of docs/integrations/importers.md "Metric names")."""
-    from arldiag.aliases import alias_table
-
-    return alias_table()
-
-
 def as_number(v: Any) -> float | None:
     """A finite-or-not float from a CSV cell or JSON value; None for text, empty cells and nulls."""
     if v is None or isinstance(v, (list, dict)):
@@ -67,13 +59,11 @@ def as_number(v: Any) -> float | None:
         return None
 
 
-def load_steps(path: Path, fmt: str, step_column: str, rename: Mapping[str, str] | None = None
-               ) -> tuple[dict[int, dict[str, float]], set[str]]:
-    """step -> numeric metrics under the names ``rename`` gives (later rows of the same step update earlier ones:
-    a validation row and a training row of one step become one step), and the columns never numeric."""
+def load_steps(path: Path, fmt: str, step_column: str) -> tuple[dict[int, dict[str, float]], set[str]]:
+    """step -> numeric metrics under their logged names (later rows of the same step update earlier ones: a
+    validation row and a training row of one step become one step), and the columns never numeric."""
     from arldiag.importers import STEP_READERS
 
-    rename = rename or {}
     steps: dict[int, dict[str, float]] = {}
     seen, numeric = set(), set()
     for where, row in STEP_READERS[fmt][0](path):
@@ -87,12 +77,11 @@ def load_steps(path: Path, fmt: str, step_column: str, rename: Mapping[str, str]
         for k, v in row.items():
             if k == step_column or k is None:
                 continue
-            name = rename.get(k, k)
-            seen.add(name)
+            seen.add(k)
             x = as_number(v)
             if x is not None:
-                numeric.add(name)
-                metrics[name] = x
+                numeric.add(k)
+                metrics[k] = x
     return steps, seen - numeric
 
 
@@ -172,7 +161,8 @@ def import_steps(file: str, out: str, step_column: str | None = None, fmt: str |
                  name: str | None = None, algorithm: str | None = None, clip: tuple[float, float] = (0.2, 0.2),
                  rename: Mapping[str, str] | None = None, keep_names: bool = False) -> int:
     """Write ``file``'s step metrics into a run store at ``out``; returns the number of steps written.
-    verl/TRL names are renamed to arldiag's (``known_names``) unless ``keep_names``; ``rename`` wins over both."""
+    Logged names are renamed to arldiag's (``name_plan``: the alias table) unless ``keep_names``; ``rename`` wins
+    over both."""
     from arldiag.importers import STEP_READERS
 
     from arldiag.collectors.collector import Collector

@@ -62,21 +62,26 @@ def states(rp: Replay, cfg: RiskConfig) -> list[str]:
     return [LEVELS[st.update(combine_risk(detector_levels(lv, cfg), cfg))] for lv in rp.levels]
 
 
+def _figures(rows: list[dict], score: ScoreConfig) -> dict:
+    """The set figures of scored runs (``score_run`` outputs; ambiguous runs already left out)."""
+    coll = [r for r in rows if r["kind"] == "collapse"]
+    stable = [r for r in rows if r["kind"] == "stable"]
+    healthy = sum(r["healthy_steps"] for r in rows)
+    return {"warned_10_ahead": sum(r[f"caught_at_{score.min_lead}"] for r in coll),
+            "alarmed_by_3_points": sum(r["alarmed_by_late_points"] for r in coll), "collapses": len(coll),
+            "stable": len(stable), "stable_without_warning": sum(1 for r in stable if not r["episodes"]),
+            "healthy_warning_share": sum(r["healthy_steps_in_warning"] for r in rows) / healthy if healthy else 0.0}
+
+
 def objective(replays: list[Replay], cfg: RiskConfig, score: ScoreConfig = ScoreConfig()) -> tuple[float, dict]:
     rows = [score_run(rp.steps, states(rp, cfg), rp.collapse, cfg=score, interval=rp.interval)
             for rp in replays if not rp.ambiguous]
-    coll = [r for r in rows if r["kind"] == "collapse"]
-    stable = [r for r in rows if r["kind"] == "stable"]
-    r10 = sum(r[f"caught_at_{score.min_lead}"] for r in coll) / len(coll) if coll else 0.0
-    r3 = sum(r["alarmed_by_late_points"] for r in coll) / len(coll) if coll else 0.0
-    f = sum(1 for r in stable if r["episodes"]) / len(stable) if stable else 0.0
-    healthy = sum(r["healthy_steps"] for r in rows)
-    h = sum(r["healthy_steps_in_warning"] for r in rows) / healthy if healthy else 0.0
-    return r10 + r3 - f - 5 * h, {"warned_10_ahead": sum(r[f"caught_at_{score.min_lead}"] for r in coll),
-                                  "alarmed_by_3_points": sum(r["alarmed_by_late_points"] for r in coll),
-                                  "collapses": len(coll), "stable": len(stable),
-                                  "stable_without_warning": sum(1 for r in stable if not r["episodes"]),
-                                  "healthy_warning_share": h}
+    fig = _figures(rows, score)
+    n_coll, n_stable = fig["collapses"], fig["stable"]
+    r10 = fig["warned_10_ahead"] / n_coll if n_coll else 0.0
+    r3 = fig["alarmed_by_3_points"] / n_coll if n_coll else 0.0
+    f = (n_stable - fig["stable_without_warning"]) / n_stable if n_stable else 0.0
+    return r10 + r3 - f - 5 * fig["healthy_warning_share"], fig
 
 
 def fit(replays: list[Replay], start_demote: tuple[str, ...] = ()) -> tuple[RiskConfig, dict]:
@@ -118,8 +123,6 @@ def leave_one_out(replays: list[Replay], start_demote: tuple[str, ...] = ()) -> 
             continue
         cfg, _ = fit(replays[:i] + replays[i + 1:], start_demote)
         rows.append(score_run(rp.steps, states(rp, cfg), rp.collapse, interval=rp.interval))
-    coll = [r for r in rows if r["kind"] == "collapse"]
-    stable = [r for r in rows if r["kind"] == "stable"]
-    return {"warned_10_ahead": sum(r["caught_at_10"] for r in coll),
-            "alarmed_by_3_points": sum(r["alarmed_by_late_points"] for r in coll), "collapses": len(coll),
-            "stable_without_warning": sum(1 for r in stable if not r["episodes"]), "stable": len(stable)}
+    fig = _figures(rows, ScoreConfig())
+    return {k: fig[k] for k in ("warned_10_ahead", "alarmed_by_3_points", "collapses", "stable_without_warning",
+                                "stable")}

@@ -13,13 +13,13 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from arldiag.aliases import VAL_SCORE, is_validation
 from arldiag.detectors.advice import advise
 from arldiag.detectors.base import LEVELS, Detector, Signal
 from arldiag.detectors.context import OUTCOME_COLUMNS, OutcomeTracker
 from arldiag.detectors.registry import resolve
-from arldiag.detectors.risk import (AlertState, RiskConfig, calibrated_model, calibrated_risk, combine_risk, profile_of,
-                                    detector_levels, level_of)
-from arldiag.aliases import VAL_SCORE, is_validation
+from arldiag.detectors.risk import (AlertState, RiskConfig, calibrated_model, calibrated_risk, combine_risk,
+                                    detector_levels, level_of, profile_of)
 from arldiag.detectors.window import Window, as_float
 from arldiag.findings import Finding
 

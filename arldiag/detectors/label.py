@@ -28,16 +28,21 @@ FORMAT_COLUMNS = ("format_valid_frac",)
 REWARD_COLUMN = "reward_mean"
 
 
-def trailing_mean(y: np.ndarray, window: int) -> np.ndarray:
-    """m_t = mean of the finite values among y[t-window+1 .. t] (NaN if none)."""
+def _window_mean(y: np.ndarray, before: int, after: int) -> np.ndarray:
+    """out_t = mean of the finite values among y[t-before .. t+after] (NaN if none)."""
     y = np.asarray(y, dtype=np.float64)
     out = np.full(y.shape, np.nan)
     for t in range(y.size):
-        seg = y[max(0, t - window + 1):t + 1]
+        seg = y[max(0, t - before):t + after + 1]
         seg = seg[np.isfinite(seg)]
         if seg.size:
             out[t] = seg.mean()
     return out
+
+
+def trailing_mean(y: np.ndarray, window: int) -> np.ndarray:
+    """m_t = mean of the finite values among y[t-window+1 .. t] (NaN if none)."""
+    return _window_mean(y, window - 1, 0)
 
 
 def _below(y: np.ndarray, window: int, frac: float, min_peak: float):
@@ -120,10 +125,11 @@ def _unit_reward(columns: Mapping[str, Sequence[float]]) -> bool:
 
 
 # The task score of a real run (arldiag.aliases: critic/score/mean, the reward, an accuracy; any scale) is
-# labelled by the rule of the real development runs (../shared/real_runs/README.md), which reproduces every
-# label there: a = the score on [0, 1] ((a + 1) / 2 for +1/-1 scores, min-max for a scale with negatives); m = centred
-# 5-point mean (a non-negative score on its own scale as logged); the collapse is the first point where a <= 1/3 of the best m before it, the mean of a over that
-# point and the next 4 is too, m never comes back above 1/2 of that best, at least 5 points follow, best >= 0.02.
+# labelled by the rule of the real development runs (../shared/real_runs/README.md), which reproduces every label
+# there: a = the score as logged when non-negative, (a + 1) / 2 for +1/-1 scores, min-max for a scale with
+# negatives; m = centred 5-point mean; the collapse is the first point where a <= 1/3 of the best m before it, the
+# mean of a over that point and the next 4 is too, m never comes back above 1/2 of that best, at least 5 points
+# follow, best >= 0.02.
 SCORE_COLUMN = "task_score"
 
 
@@ -133,14 +139,11 @@ def unit_score(y: Sequence[float]) -> np.ndarray:
     from arldiag.aliases import score_bounds
 
     y = np.asarray(y, dtype=np.float64)
-    b = score_bounds(y.tolist())
-    if b == (0.0, 1.0):
-        return y
-    if b == (-1.0, 1.0):
-        return (y + 1.0) / 2.0
     fin = y[np.isfinite(y)]
     if fin.size and fin.min() >= 0.0:
-        return y  # a non-negative score on its own scale: the rule compares ratios to its best, as on [0, 1]
+        return y  # [0, 1], or non-negative on its own scale: the rule compares ratios to the best either way
+    if score_bounds(fin.tolist()) == (-1.0, 1.0):
+        return (y + 1.0) / 2.0
     if not fin.size or fin.max() <= fin.min():
         return np.zeros_like(y)
     return (y - fin.min()) / (fin.max() - fin.min())
@@ -148,14 +151,7 @@ def unit_score(y: Sequence[float]) -> np.ndarray:
 
 def centred_mean(a: np.ndarray, width: int = 5) -> np.ndarray:
     """Mean of the finite values among a[t - width//2 .. t + width//2] (NaN if none)."""
-    h = width // 2
-    out = np.full(a.shape, np.nan)
-    for t in range(a.size):
-        seg = a[max(0, t - h):t + h + 1]
-        seg = seg[np.isfinite(seg)]
-        if seg.size:
-            out[t] = seg.mean()
-    return out
+    return _window_mean(a, width // 2, width // 2)
 
 
 def score_collapse_index(y: Sequence[float], frac: float = 1 / 3, keep: float = 0.5, confirm: int = 5,

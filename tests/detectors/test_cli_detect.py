@@ -111,7 +111,7 @@ def _fake_eval(monkeypatch, states, collapse, levels=None, tops=None, dips=(), d
     tops = tops or ["x"] * len(states)
     tracks = {d: SimpleNamespace(max_level=lv) for d, lv in (levels or {}).items()}
     fake = SimpleNamespace(timeline=list(zip(steps, [0.6] * len(states), states, tops)),
-                           evaluator=SimpleNamespace(tracks=tracks), frame=None)
+                           evaluator=SimpleNamespace(tracks=tracks, interval=1), frame=None)
     monkeypatch.setattr(det, "evaluate_run", lambda run, name, risk_model=None: fake)
     monkeypatch.setattr(det, "events_of", lambda frame: (collapse, list(dips)))
     monkeypatch.setattr(det, "decline_of", lambda frame: decline)
