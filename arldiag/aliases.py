@@ -29,10 +29,15 @@ ALIASES: dict[str, str] = {
     # entropy of the policy's next-token distribution (token mean)
     "actor/entropy": "entropy", "entropy": "entropy", "policy/entropy": "entropy", "entropy_mean": "entropy",
     "mean_entropy": "entropy", "token_entropy": "entropy", "policy/entropy_avg": "entropy",
+    # the positive mean token entropy under the name of the loss term it feeds (verl <= 0.4.0, EasyR1, OpenRLHF,
+    # slime's train/entropy_loss), not -coef x H; ms-swift, SkyRL, NeMo-RL, AReaL, ROLL, TRL's legacy PPO
+    "actor/entropy_loss": "entropy", "entropy_loss": "entropy", "entropy/mean": "entropy",
+    "policy_entropy": "entropy", "approx_entropy": "entropy", "ppo_actor/update/entropy/avg": "entropy",
+    "critic/entropy/mean": "entropy", "ppo/policy/entropy": "entropy",
     # gradient norm and learning rate
     "actor/grad_norm": "grad_norm", "grad_norm": "grad_norm", "gradient_norm": "grad_norm",
     "policy/grad_norm": "grad_norm", "actor_grad_norm": "grad_norm",
-    "actor/lr": "lr", "learning_rate": "lr", "lr": "lr", "actor_lr": "lr",
+    "actor/lr": "lr", "learning_rate": "lr", "lr": "lr", "actor_lr": "lr", "policy_lr": "lr",
     # KL to the reference policy: TRL's `kl` is the token-mean k3 (exp(x) - x - 1, x = lp_ref - lp)
     "kl": "kl_ref_k3", "objective/kl": "kl_ref_k3", "kl_ref": "kl_ref_k3", "ref_kl": "kl_ref_k3",
     # verl's KL loss to the reference: its default kl_loss_type low_var_kl is the k3 estimator (clamped at 10)
@@ -43,14 +48,24 @@ ALIASES: dict[str, str] = {
     "actor/pg_clipfrac": "pg_clipfrac", "clipfrac": "pg_clipfrac", "clip_frac": "pg_clipfrac",
     "policy/clipfrac_avg": "pg_clipfrac", "pg_clipfrac": "pg_clipfrac", "clip_ratio": "pg_clipfrac",
     "actor/pg_clipfrac_lower": "pg_clipfrac_lower",
+    # the two-sided PPO clip fraction under other trainers' names: OpenRLHF, SkyRL, ROLL, AReaL, TRL's legacy PPO,
+    # and EasyR1's actor/pg_clipfrac_higher (its _lower counts dual-clip events, as verl's)
+    "ppo_clip_ratio": "pg_clipfrac", "actor/pg_clipfrac_higher": "pg_clipfrac",
+    "actor/ppo_ratio_clipfrac": "pg_clipfrac", "ppo/policy/clipfrac": "pg_clipfrac",
+    "approxkl": "ppo_kl", "actor/approxkl": "ppo_kl", "ppo/policy/approxkl": "ppo_kl",
     # responses cut at the length limit, and their mean length
     "response_length/clip_ratio": "truncated_frac", "completions/clipped_ratio": "truncated_frac",
     "clipped_ratio": "truncated_frac", "truncated_ratio": "truncated_frac", "truncation_rate": "truncated_frac",
     "truncated_frac": "truncated_frac", "response_clip_ratio": "truncated_frac",
+    "truncated": "truncated_frac", "token/total_response_length/clip": "truncated_frac",
+    "ppo_actor/no_eos_ratios/avg": "truncated_frac",
     "response_length/mean": "response_length_mean", "completions/mean_length": "response_length_mean",
     "response_length": "response_length_mean", "mean_response_length": "response_length_mean",
     "avg_response_length": "response_length_mean", "completion_length": "response_length_mean",
     "response_length_mean": "response_length_mean", "gen_len": "response_length_mean",
+    "response_lengths": "response_length_mean", "response_len/mean": "response_length_mean",
+    "token/response_length/mean": "response_length_mean", "mean_gen_tokens_per_sample": "response_length_mean",
+    "generate/avg_num_tokens": "response_length_mean",
     "response_length/max": "response_length_max", "completions/max_length": "response_length_max",
     "response_length/min": "response_length_min", "completions/min_length": "response_length_min",
     # groups whose rollouts all got the same reward (no group-relative signal)
@@ -63,20 +78,26 @@ ALIASES: dict[str, str] = {
 # arldiag's own outcome columns: they feed success_collapse and the collapse label already, so a live trainer
 # that logs them (the reference trainer) gets no task_score copy of them (LiveResolver(skip_sources=...))
 OWN_OUTCOMES = ("success_rate", "success_frac", "success", "reward_mean", "eval_success")
-PREFIXES = ("train/", "train_", "rollout/", "metrics/", "policy/", "training/")
+PREFIXES = ("train/", "train_", "rollout/", "metrics/", "policy/", "training/", "train_rollouts/", "train_optim/")
 
 # task score candidates, in order of preference (exact names; then the patterns below)
 TASK_SCORE_NAMES = (
+    # EasyR1 logs its reward's accuracy term beside critic/score/mean (= reward/overall, with the format term)
+    "reward/accuracy",
     "critic/score/mean",  # verl: the task score before any KL penalty
     "success_rate", "success", "train/success_rate", "rollout/success_rate", "env/success_rate",
     "accuracy", "acc", "train/accuracy", "train/acc", "rollout/accuracy", "score", "train/score", "rollout/score",
     "correct", "pass_rate", "solve_rate",
 )
 # totals, used when nothing more specific is logged
-REWARD_TOTALS = ("reward", "rollout/reward", "train/reward", "reward_mean", "mean_reward", "avg_reward",
-                 "rewards/mean", "reward/mean", "env/reward_mean", "critic/rewards/mean", "rollout/rewards",
+# slime's rollout/raw_reward before its rollout/rewards (the group-normalised reward, about 0)
+REWARD_TOTALS = ("reward", "rollout/raw_reward", "reward/overall", "reward/avg_raw_reward",
+                 "ppo_actor/task_reward/avg", "rollout/reward", "train/reward", "reward_mean", "mean_reward",
+                 "avg_reward", "rewards/mean", "reward/mean", "env/reward_mean", "critic/rewards/mean", "rollout/rewards",
                  "train/rewards", "rewards")
-_REWARD_FN = re.compile(r"^(?:train/)?rewards/(?P<fn>[^/]+)/mean$")
+# one reward function's batch mean: TRL >= 0.16 logs rewards/<fn>/mean (and /std); TRL before it and Unsloth's
+# GRPO notebooks log rewards/<fn> alone (rewards/correctness_reward_func)
+_REWARD_FN = re.compile(r"^(?:train/)?rewards/(?P<fn>(?!(?:mean|std|min|max)$)[^/]+)(?:/mean)?$")
 _TASKLIKE = re.compile(r"acc|correct|answer|exact|match|math|gsm|solve|success|pass|verif|task|mc|score|idx|em\b",
                        re.I)
 _AUXLIKE = re.compile(r"format|think|tag|length|len\b|repeti|style|mdi|attention|penalty|cosine|xml|lang", re.I)
@@ -85,7 +106,10 @@ _GENERIC = re.compile(r"(^|[/_.])(reward|rewards|score|scores|accuracy|acc|succe
 _NOT_SCORE = re.compile(r"std|min|max|var|loss|penalty|format|length|kl|advantage|value|return", re.I)
 # validation scores: a name that starts like an evaluation and ends like a score
 _VAL_PREFIX = re.compile(r"^(val-core|val|validation|eval|evaluation|test)[/_-]", re.I)
-_VAL_SCORE = re.compile(r"(acc|accuracy|score|success|reward|pass|correct|solve)[^/]*(/mean(@\d+)?)?$", re.I)
+# verl's MLflow backend writes mean@1 as mean_at_1
+_VAL_SCORE = re.compile(r"(acc|accuracy|score|success|reward|pass|correct|solve)[^/]*(/mean((@|_at_)\d+)?)?$", re.I)
+# verl before val-core: val/test_score/<data_source> (one score per data source, named after it)
+_VAL_SOURCE_SCORE = re.compile(r"^val/test_score/[^/]+(?:/[^/]+)*$")
 
 
 def alias_table(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -147,7 +171,8 @@ def task_score_source(names: Iterable[str], validation_fallback: bool = True) ->
 def val_score_source(names: Iterable[str]) -> str | None:
     """The logged name of a validation score, or None: ``val-core`` before other prefixes, an accuracy before a
     reward, ``@1`` / the shortest name first."""
-    cands = [n for n in dict.fromkeys(names) if _VAL_PREFIX.match(n) and _VAL_SCORE.search(n)
+    cands = [n for n in dict.fromkeys(names) if _VAL_PREFIX.match(n)
+             and (_VAL_SCORE.search(n) or _VAL_SOURCE_SCORE.match(n))
              and not re.search(r"(std|min|max|num_turns|length)", n, re.I)]
     if VAL_SCORE in set(names):
         return VAL_SCORE

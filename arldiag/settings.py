@@ -29,8 +29,10 @@ DEFAULT_FILE = "arldiag.toml"
 PARAM_MEANINGS = {
     "conv_success": "entropy_collapse stays quiet while the outcome is at least this (a converged run)",
     "conv_keep": "... and within this share of its peak",
-    "improve_keep": "kl_ref_drift: the outcome counts as improving while within this share of its peak ...",
+    "improve_keep": "the outcome counts as climbing while within this share of its peak ...",
     "improve_rise": "... and it rose by at least this over the last 20 steps",
+    "improve_z": "... and by at least this many standard deviations of that rise's noise, to a new peak",
+    "healthy_keep": "length_growth: the length part stays at watch while the outcome is within this share of its peak",
     "learning_drop": "kl_ref_drift: alert levels dropped (below critical) while the outcome improves (KL growth while learning)",
     "abs_levels": "absolute values of the metric for watch / warning / critical",
     "ratio_levels": "ratios to the metric's baseline for watch / warning / critical",

@@ -66,11 +66,17 @@ def load_steps(path: Path, fmt: str, step_column: str) -> tuple[dict[int, dict[s
 
     steps: dict[int, dict[str, float]] = {}
     seen, numeric = set(), set()
+    stepless = 0
     for where, row in STEP_READERS[fmt][0](path):
         if step_column not in row:
             raise ValueError(f"step_column: {step_column!r} is not a column of {path} ({where} has "
                              f"{', '.join(list(row)[:8])}...)")
+        if row[step_column] is None or not str(row[step_column]).strip():
+            stepless += 1  # a summary row (wandb's run summary, TRL's final train_runtime entry): no step to join
+            continue
         step = as_number(row[step_column])
+        if step is None and isinstance(row[step_column], str) and "/" in row[step_column]:
+            step = as_number(row[step_column].split("/", 1)[0])  # ms-swift's logging.jsonl: "12/500"
         if step is None or not math.isfinite(step) or step != int(step):
             raise ValueError(f"step_column: {where} of {path} has a non-integer step {row[step_column]!r}")
         metrics = steps.setdefault(int(step), {})
@@ -82,12 +88,15 @@ def load_steps(path: Path, fmt: str, step_column: str) -> tuple[dict[int, dict[s
             if x is not None:
                 numeric.add(k)
                 metrics[k] = x
+    if stepless:
+        print(f"arldiag import: skipped {stepless} row(s) without a {step_column!r} value", file=sys.stderr)
     return steps, seen - numeric
 
 
 # step columns other loggers write, tried in this order when the format's default is not a column of the file
-STEP_COLUMNS = ("step", "global_step", "_step", "train/global_step", "training/global_step", "trainer/global_step",
-                "iteration", "iter", "Step")
+# (read in the trainers' sources: HF Trainer / TRL / OpenRLHF, verl, SkyRL, slime, ROLL, ms-swift's "12/500")
+STEP_COLUMNS = ("step", "global_step", "train/global_step", "training/global_step", "trainer/global_step",
+                "train/step", "system/global_step", "global_step/max_steps", "_step", "iteration", "iter", "Step")
 
 
 def find_step_column(path: Path, fmt: str, default: str) -> str:
@@ -96,13 +105,15 @@ def find_step_column(path: Path, fmt: str, default: str) -> str:
     from arldiag.importers import STEP_READERS
 
     first = next(iter(STEP_READERS[fmt][0](path)), None)
-    if first is None or default in first[1]:
+    # wandb's _step counts log calls, not optimizer steps: a logged optimizer step (HF's train/global_step) wins
+    if first is None or (default in first[1] and default != "_step"):
         return default
     hit = next((c for c in STEP_COLUMNS if c in first[1]), None)
-    if hit is None:
+    if hit is None or hit == default:
         return default
-    print(f"arldiag import: step column = {hit} (no {default!r} column; --step-column chooses another)",
-          file=sys.stderr)
+    why = ("it counts optimizer steps, wandb's _step counts log calls" if default in first[1]
+           else f"no {default!r} column")
+    print(f"arldiag import: step column = {hit} ({why}; --step-column chooses another)", file=sys.stderr)
     return hit
 
 

@@ -18,7 +18,8 @@ import numpy as np
 
 from arldiag.aliases import TASK_SCORE
 from arldiag.detectors.label import EVAL_COLUMN, REWARD_COLUMN
-from arldiag.detectors.window import Window, count_finite, early_baseline, running_max, slope, tail_mean
+from arldiag.detectors.window import (Window, count_finite, early_baseline, robust_noise, running_max, slope,
+                                      tail_mean)
 
 BATCH_COLUMNS = ("success_rate", "success_frac")
 # REWARD_COLUMN, the last resort, for trainers that log no success flag (TRL, most verl recipes): the mean reward,
@@ -35,6 +36,8 @@ class Outcome:
     peak: float          # running peak of ``level`` (after the smoothing window filled)
     base: float          # median of the first ``baseline`` finite values
     rise: float          # least-squares slope over the last ``trend`` steps x trend (the change over that span)
+    rise_sd: float = math.nan  # the noise of ``rise``: robust per-point noise x sqrt(12 / points in the span)
+    fresh_peak: bool = False   # the running peak rose within the trend span
 
     @property
     def known(self) -> bool:
@@ -48,6 +51,13 @@ class Outcome:
         """Near its peak and still rising by at least ``min_rise`` over the trend span, and above the start."""
         return (self.near_peak(keep) and math.isfinite(self.rise) and self.rise >= min_rise
                 and (not math.isfinite(self.base) or self.level > self.base))
+
+    def climbing(self, keep: float, min_rise: float, noise_z: float) -> bool:
+        """Learning, not noise and not a recovery: improving, by at least ``noise_z`` sds of the rise's noise (a
+        noisy batch score "rises" by 0.1 over a few points by chance), and to a peak set within the trend span
+        (a score that climbs back after a dip is recovering to an old best, not learning something new)."""
+        return (self.improving(keep, min_rise) and self.fresh_peak and math.isfinite(self.rise_sd)
+                and self.rise >= noise_z * self.rise_sd)
 
     def converged(self, keep: float, min_level: float) -> bool:
         """High and steady: level >= min_level and near its peak."""
@@ -68,10 +78,25 @@ def outcome_of(w) -> Outcome:
     return getattr(w, "context", None) or UNKNOWN
 
 
+# a level or a trend read from fewer logged points is one batch's noise (a 0/1 score of 16 prompts swings by 0.1)
+MIN_POINTS = 5
+
+
 class OutcomeTracker:
+    """``smooth``, ``trend`` and ``baseline`` are optimizer steps; on a log written every ``interval`` steps each
+    covers ceil(k / interval) logged points (``at_interval``), as every window of the rules does."""
+
     def __init__(self, smooth: int = 10, trend: int = 20, baseline: int = 10, eval_points: int = 3) -> None:
+        self.steps = (smooth, trend, baseline)
         self.smooth, self.trend, self.baseline, self.eval_points = smooth, trend, baseline, eval_points
         self.state: dict = {}
+
+    def at_interval(self, interval: int) -> "OutcomeTracker":
+        """Windows in logged points for a log written every ``interval`` optimizer steps (the state is kept: the
+        interval is known from the second logged step on)."""
+        rows = lambda k: max(MIN_POINTS, math.ceil(k / max(1, int(interval))))  # noqa: E731
+        self.smooth, self.trend, self.baseline = (min(k, rows(k)) for k in self.steps)
+        return self
 
     def update(self, w: Window) -> Outcome:
         ev = w.series(EVAL_COLUMN)
@@ -118,7 +143,13 @@ class OutcomeTracker:
         n = count_finite(self.state, "n", last)
         base = early_baseline(self.state, "base", last, self.baseline if col != EVAL_COLUMN else 2)
         full = n >= (self.eval_points if col == EVAL_COLUMN else min(self.smooth, 3))
-        peak = running_max(self.state, "peak", cur) if full else self.state.get("peak", math.nan)
+        old_peak = self.state.get("peak", math.nan)
+        peak = running_max(self.state, "peak", cur) if full else old_peak
+        if math.isfinite(peak) and not peak == old_peak:
+            self.state["peak_n"] = n  # when the peak last rose (in finite points of the outcome)
         span = self.trend if col != EVAL_COLUMN else x.size  # evaluations are sparse: use the whole window
         rise = slope(x, span) * min(span, x.size)
-        return Outcome(col, cur, peak, base, rise)
+        m = int(np.isfinite(x[-span:]).sum())
+        rise_sd = robust_noise(x) * math.sqrt(12.0 / m) if m >= 2 else math.nan
+        fresh = "peak_n" in self.state and n - self.state["peak_n"] < span
+        return Outcome(col, cur, peak, base, rise, rise_sd, fresh)

@@ -122,6 +122,7 @@ class Evaluator:
         if self.interval > 1:
             self.detectors = [d.at_interval(self.interval) for d in self.detectors]
             self.alert = AlertState(self.risk_cfg.at_interval(self.interval))
+            self.outcome.at_interval(self.interval)
 
     def _validation_only(self, metrics: Mapping[str, object]) -> bool:
         """A row of a validation step alone: a finite validation metric and no finite training metric the rules

@@ -11,7 +11,7 @@ import numpy as np
 
 from arldiag.detectors.base import Detector, Signal
 from arldiag.detectors.context import outcome_of
-from arldiag.detectors.window import early_baseline, grade_above, grade_below, slope, tail_mean
+from arldiag.detectors.window import early_baseline, grade_above, grade_below, move_baseline, slope, tail_mean
 
 
 def entropy_collapse_rule(w, state, p) -> Signal | None:
@@ -69,6 +69,11 @@ def entropy_blowup_rule(w, state, p) -> Signal | None:
     lv = grade_above(cur / base, p["ratio_levels"])
     if not lv:
         return None
+    if lv < 3 and outcome_of(w).climbing(p["improve_keep"], p["improve_rise"], p["improve_z"]):
+        # more exploration while the outcome still climbs (clip-higher runs): learning, below critical, and the
+        # entropy it has then is the reference from now on
+        move_baseline(state, "entropy", cur)
+        return None
     return Signal(lv, cur, "entropy", f"entropy {cur:.3g} = {cur / base:.1f}x its early level")
 
 
@@ -77,7 +82,11 @@ ENTROPY_BLOWUP = Detector(
     title="Entropy blow-up",
     inputs=("entropy",),
     rule=entropy_blowup_rule,
-    params=dict(smooth=3, baseline_steps=10, ratio_levels=(1.5, 2.0, 3.0)),
+    # improve_*: below critical, quiet while the outcome is within improve_keep of its peak and rose by improve_rise
+    # and by improve_z of the rise's noise sds over the trend span (entropy that grows while the score climbs is
+    # exploration, as clip-higher intends); the entropy reached then becomes the reference
+    params=dict(smooth=3, baseline_steps=10, ratio_levels=(1.5, 2.0, 3.0), improve_keep=0.9, improve_rise=0.1,
+                improve_z=2.0),
     explanation="Token entropy rose well above its early level: the policy is drifting towards uniform, usually "
                 "with garbled text and invalid formats, as in ARLArena's collapsed runs.",
     recommendation="Lower the learning rate; check for non-finite gradients, negative-advantage low-IS "

@@ -8,6 +8,7 @@ from arldiag.aliases import TASK_SCORE
 from arldiag.detectors.base import Detector, Signal, strongest
 from arldiag.detectors.context import REWARD_COLUMN, outcome_of
 from arldiag.detectors.window import (count_finite, early_baseline, first_available, grade_above, grade_below,
+                                      move_baseline,
                                       running_max, running_min, tail_mean)
 
 SUCCESS_COLUMNS = ("success_rate", "success_frac", "success")
@@ -99,8 +100,14 @@ def length_growth_rule(w, state, p) -> Signal | None:
     cur = tail_mean(x, p["smooth"])
     base = early_baseline(state, "len", x[-1] if x.size else math.nan, p["baseline_steps"])
     if math.isfinite(cur) and math.isfinite(base) and base > 0:
-        parts.append((grade_above(cur / base, p["ratio_levels"]), cur, "response_length_mean",
-                      f"mean response length {cur:.0f} = {cur / base:.1f}x its early level"))
+        lv = grade_above(cur / base, p["ratio_levels"])
+        note = f"mean response length {cur:.0f} = {cur / base:.1f}x its early level"
+        ctx = outcome_of(w)
+        if lv > 1 and ctx.near_peak(p["healthy_keep"]):
+            # longer answers while the outcome holds its best: reasoning that grows with the reward, as in
+            # DeepSeek-R1-Zero and DAPO's training curves, is learning; at most watch (the cap is the other part)
+            lv, note = 1, f"{note}; {ctx.describe()}"
+        parts.append((lv, cur, "response_length_mean", note))
     t = w.series("truncated_frac")
     tr = tail_mean(t, p["smooth"])
     n_tr = count_finite(state, "n_trunc", t[-1])
@@ -120,8 +127,9 @@ LENGTH_GROWTH = Detector(
     title="Response length growth and truncation",
     inputs=("response_length_mean", "truncated_frac"),
     rule=length_growth_rule,
+    # healthy_keep: the length part stays at watch while the outcome is within healthy_keep of its peak
     params=dict(smooth=5, warmup=10, baseline_steps=10, ratio_levels=(1.75, 2.5, 4.0), trunc_min_rise=0.05,
-                trunc_levels=(0.15, 0.3, 0.6)),
+                trunc_levels=(0.15, 0.3, 0.6), healthy_keep=0.9),
     explanation="Responses got much longer than early in training or hit the length limit more often; "
                 "repetition loops and truncated (invalid) answers often precede a format collapse.",
     recommendation="Use an overlong penalty (DAPO), token-mean loss aggregation, and read the longest responses.",
@@ -143,6 +151,11 @@ def length_shrink_rule(w, state, p) -> Signal | None:
     lv = grade_below(cur / base, p["frac_levels"])
     if not lv:
         return None
+    if lv < 3 and outcome_of(w).climbing(p["improve_keep"], p["improve_rise"], p["improve_z"]):
+        # shorter answers while the score still climbs: the policy learns to be concise (verl's GSM8K example:
+        # 234 -> 155 tokens as the score rises 0.01 -> 0.6); that length is the reference from now on
+        move_baseline(state, "len", cur)
+        return None
     return Signal(lv, cur, "response_length_mean",
                   f"mean response length {cur:.0f} = {cur / base:.0%} of its early level {base:.0f}")
 
@@ -153,7 +166,11 @@ LENGTH_SHRINK = Detector(
     inputs=("response_length_mean",),
     columns=("truncated_frac",),
     rule=length_shrink_rule,
-    params=dict(smooth=5, baseline_steps=10, trunc_max=0.3, frac_levels=(0.6, 0.5, 0.3)),
+    # improve_*: below critical, quiet while the outcome is within improve_keep of its peak and rose by
+    # improve_rise and by improve_z of the rise's noise sds over the trend span (as entropy_blowup), and the
+    # length it has then becomes the reference
+    params=dict(smooth=5, baseline_steps=10, trunc_max=0.3, frac_levels=(0.6, 0.5, 0.3), improve_keep=0.9,
+                improve_rise=0.1, improve_z=2.0),
     explanation="Responses became much shorter than early in training although few were cut at the length limit "
                 "then: the policy is learning to answer without reasoning (or with an empty answer), which the "
                 "reward soon punishes. A run that starts at the length cap and learns to stop is not flagged.",

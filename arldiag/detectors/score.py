@@ -27,6 +27,7 @@ import numpy as np
 
 from arldiag.aliases import TASK_SCORE, bounds_of_range
 from arldiag.detectors.base import Detector, Signal
+from arldiag.detectors.window import robust_noise
 
 
 def _bounds(state: dict, v: float) -> tuple[float, float] | None:
@@ -35,15 +36,6 @@ def _bounds(state: dict, v: float) -> tuple[float, float] | None:
         state["hi_seen"] = max(state.get("hi_seen", v), v)
     lo, hi = state.get("lo_seen"), state.get("hi_seen")
     return None if lo is None else bounds_of_range(lo, hi)
-
-
-def robust_noise(x: np.ndarray) -> float:
-    """1.4826 x median |point-to-point change| / sqrt 2: the per-point noise sd of a series whose level moves
-    slowly (the changes of two independent draws have sd sqrt 2 sigma and median 0); NaN if < 4 points."""
-    x = x[np.isfinite(x)]
-    if x.size < 4:
-        return math.nan
-    return float(1.4826 * np.median(np.abs(np.diff(x))) / math.sqrt(2.0))
 
 
 def score_collapse_rule(w, state, p) -> Signal | None:

@@ -103,6 +103,15 @@ def slope(x: np.ndarray, n: int) -> float:
     return float((xc * (yi - yi.mean())).sum() / den) if den > 0 else math.nan
 
 
+def robust_noise(x: np.ndarray) -> float:
+    """1.4826 x median |point-to-point change| / sqrt 2: the per-point noise sd of a series whose level moves
+    slowly (the changes of two independent draws have sd sqrt 2 sigma and median 0); NaN if < 4 points."""
+    x = x[np.isfinite(x)]
+    if x.size < 4:
+        return math.nan
+    return float(1.4826 * np.median(np.abs(np.diff(x))) / math.sqrt(2.0))
+
+
 def grade_above(v: float, thresholds) -> int:
     """0..3: how many of the ascending thresholds (watch, warning, critical) v reaches."""
     if not math.isfinite(v):
@@ -142,6 +151,13 @@ def early_baseline(state: dict, key: str, value: float, n: int) -> float:
         del state[key + "_early"]
         return state[key + "_base"]
     return math.nan
+
+
+def move_baseline(state: dict, key: str, value: float) -> None:
+    """Move a frozen early baseline (``early_baseline``) to ``value``: the level the run reached while its outcome
+    climbed is its new normal (a policy that learned concise answers, or to explore more, while the score rose)."""
+    if key + "_base" in state and math.isfinite(value):
+        state[key + "_base"] = float(value)
 
 
 def running_max(state: dict, key: str, value: float) -> float:

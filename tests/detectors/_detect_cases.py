@@ -72,7 +72,9 @@ FIRING = {
                                                  ppo_kl_k3=lambda r, k: 0.008)),
     "entropy_collapse": lambda h: _after(h, _set(entropy=lambda r, k: max(0.02, 0.88 * 0.9 ** k),
                                                  cov_logp_adv=0.02)),
-    "entropy_blowup": lambda h: _after(h, _set(entropy=lambda r, k: 0.88 * (1 + 0.1 * k))),
+    # entropy rises while success stalls (while success still climbs it is exploration below critical:
+    # test_healthy_dynamics, test_healthy_runs)
+    "entropy_blowup": lambda h: _after(h, _set(entropy=lambda r, k: 0.88 * (1 + 0.1 * k), success_rate=0.4)),
     "grad_norm_spike": lambda h: _after(h, _set(grad_norm=lambda r, k: 10.0 if k == 0 else r["grad_norm"])),
     "nonfinite": lambda h: _after(h, _set(nonfinite_tokens=lambda r, k: 3.0 if k == 0 else 0.0)),
     "format_collapse": lambda h: _after(h, _set(format_valid_frac=lambda r, k: max(0.0, 0.8 - 0.05 * k))),
@@ -82,7 +84,9 @@ FIRING = {
     "length_growth": lambda h: _after(h, _set(response_length_mean=lambda r, k: 100.0 * (1 + 0.1 * k),
                                               truncated_frac=lambda r, k: min(0.9, 0.02 + 0.02 * k))),
     # answers shrink to a third of their early length while none were cut at the limit
-    "length_shrink": lambda h: _after(h, _set(response_length_mean=lambda r, k: max(20.0, 100.0 * 0.93 ** k))),
+    # shorter answers while success stalls (while it still climbs, concise answers are learning)
+    "length_shrink": lambda h: _after(h, _set(response_length_mean=lambda r, k: max(20.0, 100.0 * 0.93 ** k),
+                                              success_rate=0.4)),
     # the +1/-1 score falls from about -0.2 (0.4 on [0, 1]) to -0.9 (0.05) and stays there
     "score_collapse": lambda h: _after(h, _set(task_score=lambda r, k: -0.9 + 0.02 * math.sin(k))),
     "success_collapse": lambda h: _after(h, _set(success_rate=lambda r, k: max(0.0, 0.45 - 0.03 * k))),

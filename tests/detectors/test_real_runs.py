@@ -36,6 +36,36 @@ def test_task_score_source_per_trainer():
     assert task_score_source(["loss", "eval/answer_accuracy"]) == "eval/answer_accuracy"  # scored at evaluation only
     assert val_score_source(["eval/answer_accuracy", "eval/reward", "eval/answer_accuracy_std"]) == \
         "eval/answer_accuracy"
+    # TRL before 0.16 and Unsloth's GRPO notebooks: rewards/<fn> without /mean; the correctness term, not the total
+    # (which adds four format terms) nor a format term
+    unsloth = ["reward", "reward_std", "rewards/correctness_reward_func", "rewards/int_reward_func",
+               "rewards/strict_format_reward_func", "rewards/soft_format_reward_func", "rewards/xmlcount_reward_func",
+               "completion_length", "kl"]
+    assert task_score_source(unsloth) == "rewards/correctness_reward_func"
+    assert task_score_source(["reward", "rewards/mean", "rewards/std"]) == "reward"  # summary columns, no function
+    # verl before val-core: one validation score per data source, val/test_score/<source>; MLflow's mean_at_1
+    assert val_score_source(["val/test_score/openai/gsm8k", "actor/entropy"]) == "val/test_score/openai/gsm8k"
+    assert val_score_source(["val-core/openai/gsm8k/acc/mean_at_1"]) == "val-core/openai/gsm8k/acc/mean_at_1"
+    # EasyR1: its accuracy term, not critic/score/mean (= reward/overall, with the format term)
+    assert task_score_source(["critic/score/mean", "reward/overall", "reward/format", "reward/accuracy"]) == \
+        "reward/accuracy"
+    # slime: the raw reward, not rollout/rewards (group-normalised, about 0)
+    assert task_score_source(["rollout/rewards", "rollout/raw_reward", "train/pg_loss"]) == "rollout/raw_reward"
+
+
+def test_other_trainers_names():
+    # the names verl <= 0.4.0, EasyR1, OpenRLHF (wandb's train/ prefix), slime, SkyRL and NeMo-RL log, read in their
+    # sources (docs/integrations/importers.md "Metric names")
+    t = alias_table()
+    expect = {"actor/entropy_loss": "entropy", "train/entropy_loss": "entropy", "policy/policy_entropy": "entropy",
+              "train/approx_entropy": "entropy", "entropy/mean": "entropy",
+              "train/ppo_clip_ratio": "pg_clipfrac", "actor/pg_clipfrac_higher": "pg_clipfrac",
+              "train/truncated": "truncated_frac", "rollout/truncated": "truncated_frac",
+              "train/truncation_rate": "truncated_frac",
+              "rollout/response_lengths": "response_length_mean", "policy/response_length": "response_length_mean",
+              "train/mean_gen_tokens_per_sample": "response_length_mean", "train/actor_lr": "lr",
+              "train/policy_loss": "pg_loss", "train/ppo_kl": "ppo_kl", "train/pg_clipfrac": "pg_clipfrac"}
+    assert {n: resolve_name(n, t) for n in expect} == expect
 
 
 def test_alias_table_and_prefixes():
@@ -350,3 +380,18 @@ def test_import_finds_the_step_column(tmp_path, capsys):
     (tmp_path / "n.csv").write_text("when,reward\n0,0.5\n")
     assert main(["import", "csv", str(tmp_path / "n.csv"), "--out", str(tmp_path / "n")]) == 2
     assert "'step' is not a column" in capsys.readouterr().err
+
+
+def test_importers_doc_lists_every_alias():
+    # docs/integrations/importers.md "Metric names" is the glossary of the alias table: every entry, under its target
+    from arldiag.aliases import ALIASES, PREFIXES
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "integrations" / "importers.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = {n.strip().strip("`") for n in cells[1].split(",")}
+    missing = [f"{k} -> {v}" for k, v in ALIASES.items() if k != v and k not in rows.get(v, set())]
+    assert not missing, f"docs/integrations/importers.md lacks: {missing}"
+    assert all(f"`{p}`" in text for p in PREFIXES)

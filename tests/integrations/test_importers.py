@@ -148,3 +148,38 @@ def test_imported_verl_log_gets_a_collapse_label(tmp_path, capsys):
         assert cli(["eval-detect", str(tmp_path / name), "--json"]) in (0, 1)
         runs[name] = json.loads(capsys.readouterr().out)["runs"][0]
     assert runs["plain"]["collapse_step"] == 61 and runs["val"]["collapse_step"] == 70
+
+
+def test_rows_without_a_step_are_skipped_and_counted(tmp_path, capsys):
+    # a summary row with an empty step cell (wandb's run summary, TRL's closing train_runtime entry) is left out
+    # and said once; a step that is text stays an error naming the column
+    f = tmp_path / "log.csv"
+    f.write_text("step,reward,entropy\n1,0.5,0.3\n2,0.6,0.31\n,,\n3,0.7,0.29\n")
+    assert cli(["import", str(f), "--out", str(tmp_path / "r")]) == 0
+    assert "skipped 1 row(s) without a 'step' value" in capsys.readouterr().err
+    assert steps(tmp_path / "r", ["task_score"]) == [(1, 0.5), (2, 0.6), (3, 0.7)]
+    g = tmp_path / "bad.csv"
+    g.write_text("step,reward\n1,0.5\nlast,0.6\n")
+    assert cli(["import", str(g), "--out", str(tmp_path / "b")]) == 2
+    assert "step_column" in capsys.readouterr().err
+
+
+def test_ms_swift_step_written_as_a_fraction(tmp_path):
+    # ms-swift's logging.jsonl writes the step as "12/500" (step / max steps)
+    f = tmp_path / "logging.jsonl"
+    f.write_text("".join(json.dumps({"global_step/max_steps": f"{s}/3", "reward": 0.1 * s, "entropy/mean": 0.5})
+                         + "\n" for s in (1, 2, 3)))
+    assert cli(["import", str(f), "--out", str(tmp_path / "r")]) == 0  # the step column is found by its name
+    assert steps(tmp_path / "r", ["task_score", "entropy"]) == [(1, 0.1, 0.5), (2, 0.2, 0.5),
+                                                                (3, pytest.approx(0.3), 0.5)]
+
+
+def test_wandb_export_reads_the_optimizer_step(tmp_path, capsys):
+    # HF's WandbCallback logs train/global_step with every row; wandb's _step counts log calls (here one per
+    # logging_steps=5 optimizer steps), so the optimizer step is train/global_step and the interval 5
+    f = tmp_path / "history.csv"
+    f.write_text("_step,train/global_step,train/reward\n" + "".join(f"{i},{5 * (i + 1)},{0.5}\n" for i in range(12)))
+    assert cli(["import", "wandb", str(f), "--out", str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    assert "step column = train/global_step" in err and "one every 5 optimizer step(s)" in err
+    assert [s for s, _ in steps(tmp_path / "r", ["task_score"])] == list(range(5, 65, 5))
