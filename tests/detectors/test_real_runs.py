@@ -304,11 +304,41 @@ def _variant(d, lab, kind):
         d = d[["step", *ren]].rename(columns=ren)
     elif kind == "every_second_step" and lab["log_interval_steps"] == 1:
         d, lab["log_interval_steps"] = d[d["step"] % 2 == 0], 2
+    elif kind in TRAINER_NAMES:
+        # the same series under the names another trainer logs (read in its source: docs/integrations/importers.md)
+        names = TRAINER_NAMES[kind]
+        ren = {a: names[k] for k, cands in SERIES.items() for a in cands if a in d.columns and a != sm and k in names}
+        out = d[["step", *ren]].rename(columns=ren)
+        score = d[sm]
+        if kind == "unsloth":  # the GRPO notebook's reward functions: correctness 2.0 per right answer and four
+            # format terms of 0.5 that a broken policy keeps earning; `reward` is their sum, which falls by half only
+            out["rewards/correctness_reward_func"] = 2 * score
+            for fn in ("int", "strict_format", "soft_format", "xmlcount"):
+                out[f"rewards/{fn}_reward_func"] = 0.5
+            out["reward"] = 2 * score + 2.0
+        elif kind == "easyr1":  # reward/overall = 0.9 accuracy + 0.1 format, which critic/score/mean repeats
+            out["reward/accuracy"], out["reward/format"] = score, 1.0
+            out["reward/overall"] = out["critic/score/mean"] = 0.9 * score + 0.1
+        else:  # OpenRLHF through wandb: train/ prefix, train/global_step
+            out["train/reward"] = score
+            out = out.rename(columns={"step": "train/global_step"})
+        d = out
     return d, lab
 
 
+# series of the dev logs -> their names in each dev log
+SERIES = {"entropy": ("entropy", "actor/entropy"), "length": ("completions/mean_length", "response_length/mean"),
+          "trunc": ("completions/clipped_ratio", "response_length/clip_ratio")}
+TRAINER_NAMES = {
+    "unsloth": {"entropy": "entropy", "length": "completion_length", "trunc": "completions/clipped_ratio"},
+    "easyr1": {"entropy": "actor/entropy_loss", "length": "response_length/mean", "trunc": "response_length/clip_ratio"},
+    "openrlhf": {"entropy": "train/entropy_loss", "length": "train/response_length", "trunc": "train/truncated"},
+}
+
+
 @needs_real
-@pytest.mark.parametrize("kind", ["plus_minus_one", "own_scale", "hand_names", "every_second_step"])
+@pytest.mark.parametrize("kind", ["plus_minus_one", "own_scale", "hand_names", "every_second_step", "unsloth",
+                                  "easyr1", "openrlhf"])
 def test_detection_does_not_depend_on_how_the_run_was_logged(tmp_path, capsys, kind):
     import pandas as pd
 
