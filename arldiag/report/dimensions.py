@@ -12,7 +12,7 @@ import pandas as pd
 
 from arldiag.findings import Finding
 from arldiag.nested import flatten
-from arldiag.report.data import series
+from arldiag.views.series import series
 
 TOLERANT_ALGOS = ("cispo", "sapo")
 SEQUENCE_CLIP_ALGOS = ("gspo", "atpo", "sampo")

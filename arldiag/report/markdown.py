@@ -6,9 +6,10 @@ import math
 import numpy as np
 
 from arldiag.findings import order_findings
-from arldiag.report import signals as S
 from arldiag.report import text as T
-from arldiag.report.data import series, token_labels
+from arldiag.views import catalog as S
+from arldiag.views.offenders import token_labels
+from arldiag.views.series import series
 
 
 def _cell(x) -> str:
