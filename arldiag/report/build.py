@@ -1,6 +1,7 @@
 """Assemble a report: open the run(s), run the detectors, gather the data each section needs.
 
-The result (``Report``) is renderer-agnostic; html.py, markdown.py and jsonout.py turn it into files. The detectors
+The result (``Report``) is renderer-agnostic: the sections (report/sections/, in SECTIONS order) turn it into blocks
+that html.py and markdown.py render, and jsonout.py writes the sections' data fields. The detectors
 are imported lazily (``analyse``) so this module imports even where the detectors package is absent, and tests can
 inject their own findings.
 """
@@ -24,7 +25,7 @@ from arldiag.views._sql import table_rows
 from arldiag.views.events import action_outcomes
 from arldiag.detectors.advice import settings_of, with_actions
 from arldiag.detectors.precursors import precursor_scan
-from arldiag.report.dimensions import Section, sections
+from arldiag.report.dimensions import Dimension, sections
 from arldiag.report.recommend import Recommendation, recommendations
 from arldiag.report.verdict import Verdict, registry_lagging, verdict
 
@@ -50,7 +51,7 @@ class RunReport:
     timeline: pd.DataFrame                    # run, step, risk, state
     verdict: Verdict
     recommendations: list[Recommendation]
-    sections: list[Section]
+    sections: list[Dimension]                 # the four ARLArena dimensions
     rows: dict[str, int]                      # rows per table for this run
     heatmaps: dict[str, H.Heatmap] = field(default_factory=dict)  # "sequences" / "tokens"
     comparison: V.Comparison | None = None    # neg-adv low-IS before vs at collapse
