@@ -1,4 +1,4 @@
-"""Plotly figures from the small frames of queries.py (pure: data in, figure out)."""
+"""Plotly figures from the small frames of arldiag.views (pure: data in, figure out)."""
 from __future__ import annotations
 
 import math
@@ -8,6 +8,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+
+from arldiag.views.heatmap import Heatmap
 
 # Runs in compare mode: no red (red means critical) and no orange/yellow (the alert shading)
 RUN_COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"]
@@ -123,28 +125,26 @@ def _add_bands(fig: go.Figure, bands: Sequence[tuple[int, int, str]], run_color:
                       fillcolor=fill, line_width=0, layer="below", name=f"alert {state}")
 
 
-def ratio_heatmap_figure(hist: Mapping[str, Any], band: tuple[float, float] | None = None) -> go.Figure:
-    """Two heatmaps (A > 0, A < 0): x = step, y = log IS ratio bin, colour = fraction of that step's rows."""
-    if not hist.get("steps"):
-        return message_figure(f"no {hist.get('level', '')} rows with a non-zero advantage")
-    edges = np.asarray(hist["edges"])
-    centers = (edges[:-1] + edges[1:]) / 2
+def ratio_heatmap_figure(hm: Heatmap | None, level: str = "sequences") -> go.Figure:
+    """Two heatmaps (A > 0, A < 0) of views.heatmap.ratio_heatmap: x = step, y = log IS ratio bin, colour = fraction
+    of that step's rows; the clip band as dashed lines."""
+    if hm is None:
+        return message_figure(f"no {level} rows with a non-zero advantage")
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
                         subplot_titles=["advantage > 0", "advantage < 0"])
+    zmax = float(max(np.max(hm.z["pos"], initial=0), np.max(hm.z["neg"], initial=0))) or 1.0
     for col, sign in ((1, "pos"), (2, "neg")):
         fig.add_trace(go.Heatmap(
-            x=hist["steps"], y=centers, z=hist[sign], colorscale="Viridis", zmin=0,
-            zmax=float(max(np.max(hist["pos"], initial=0), np.max(hist["neg"], initial=0))) or 1.0,
+            x=[int(s) for s in hm.x], y=hm.y, z=hm.z[sign], colorscale="Viridis", zmin=0, zmax=zmax,
             showscale=(col == 2), colorbar=dict(title="fraction"),
             hovertemplate="step %{x}<br>log ratio %{y:.4f}<br>fraction %{z:.3f}<extra></extra>"), row=1, col=col)
-        if band:
-            for e in band:
-                if math.isfinite(e) and abs(e) <= hist["half_range"]:
-                    fig.add_hline(y=e, line=dict(color="white", dash="dash", width=1), row=1, col=col)
-    what = "sequence log ratio log s_i" if hist.get("level") == "sequences" else "token log ratio log r_t (sampled)"
+        for e in hm.band:
+            if math.isfinite(e) and abs(e) <= hm.limit:
+                fig.add_hline(y=e, line=dict(color="white", dash="dash", width=1), row=1, col=col)
+    what = "sequence log ratio log s_i" if level == "sequences" else "token log ratio log r_t (sampled)"
     fig.update_layout(**{**LAYOUT, "hovermode": "closest", "margin": {**LAYOUT["margin"], "t": 70}}, height=400,
                       title=f"{what}: distribution per step (dashed: clip band)")
-    fig.update_yaxes(title_text="log ratio", row=1, col=1)
+    fig.update_yaxes(title_text=f"log ratio (clamped to +-{hm.limit:.3g})", row=1, col=1)
     fig.update_xaxes(title_text="step")
     return fig
 

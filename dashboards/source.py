@@ -1,4 +1,5 @@
-"""Runs under a root: discovery, opening (read-only, via arldiag.open_run), change detection and a small query cache.
+"""Runs under a root (discovered by arldiag.views.runs): opening (read-only, via arldiag.open_run), change detection
+and a small query cache.
 
 Why a cache keyed by file state: a live dashboard re-renders on every refresh tick, but a run's Parquet files change
 only when the trainer flushes. A run's *signature* (number, total size and newest mtime of its files) changes exactly
@@ -7,7 +8,6 @@ DuckDB connections are not safe for concurrent use from Flask's request threads,
 """
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -16,65 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from arldiag.dashboards.security import resolve_run
-
-MAX_DEPTH = 3  # run dirs are found at most this deep under the root (root/sweep/seed0/run.json is depth 2)
-TABLE_DIRS = ("tokens", "sequences", "turns", "groups", "steps", "alerts", "actions")
-
-
-def discover_runs(root: Path) -> list[str]:
-    """Relative POSIX names of the run dirs (dirs holding run.json) under ``root``, most recently written first.
-
-    Symlinked directories are not followed during discovery, so a link cannot pull in a run from outside the root.
-    """
-    root = Path(root)
-    found: list[tuple[float, str]] = []
-
-    def walk(d: Path, depth: int) -> None:
-        try:
-            entries = list(os.scandir(d))
-        except OSError:
-            return
-        if any(e.name == "run.json" and e.is_file(follow_symlinks=False) for e in entries):
-            rel = d.relative_to(root).as_posix()
-            # last written: run.json or a table folder (a folder's mtime changes when a part is renamed into it)
-            found.append((max(_mtime(d / n) for n in ("run.json", *TABLE_DIRS)), rel))
-            return  # a run's table folders are not runs
-        if depth >= MAX_DEPTH:
-            return
-        for e in entries:
-            if e.is_dir(follow_symlinks=False) and not e.name.startswith("."):
-                walk(Path(e.path), depth + 1)
-
-    walk(root, 0)
-    return [name for _, name in sorted(found, key=lambda t: (-t[0], t[1]))]
-
-
-def _mtime(p: Path) -> float:
-    try:
-        return p.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
-def run_signature(path: Path) -> tuple:
-    """(files, bytes, newest mtime_ns) over run.json and the table folders: changes whenever a file is published."""
-    n = size = newest = 0
-    for sub in (path, *(path / t for t in TABLE_DIRS)):
-        try:
-            it = os.scandir(sub)
-        except OSError:
-            continue
-        with it:
-            for e in it:
-                if e.name.endswith(".parquet") or e.name == "run.json":
-                    try:
-                        st = e.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    n += 1
-                    size += st.st_size
-                    newest = max(newest, st.st_mtime_ns)
-    return (n, size, newest)
+from arldiag.views.runs import MAX_DEPTH, TABLE_DIRS, discover_runs, run_signature  # noqa: F401 (re-exported)
 
 
 @dataclass

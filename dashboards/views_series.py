@@ -1,5 +1,6 @@
-"""Step-series views (overview, clipping, KL and mismatch, advantages and groups, entropy, turns): which metrics
-each view stacks, and the render functions the callbacks call (also called directly by the speed benchmark)."""
+"""Step-series views (overview, clipping, KL and mismatch, advantages and groups, entropy, turns): the render
+functions the callbacks call (also called directly by the speed benchmark). The panels of each view are declared in
+arldiag.views.catalog."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -8,69 +9,12 @@ import plotly.graph_objects as go
 
 from arldiag.dashboards import detectors_bridge, figures, queries
 from arldiag.dashboards.source import RunSource
+from arldiag.views.catalog import DASHBOARD_PANELS, SCORE_PANEL, metrics_of
+from arldiag.views.heatmap import ratio_heatmap
 
 MAX_POINTS = 1000  # points per series after bucketing; plenty for a ~1000 px wide chart
 
-# The outcome leads every view: the success rate of arldiag's own runs, or the task score a real run logs on its
-# own scale (arldiag.aliases: critic/score/mean, the reward, an accuracy) and its validation score
-SCORE_PANEL = ("task score (success rate, or the logged task score and validation score on their scale)",
-               ["success_rate", "success_frac", "task_score", "val_score"])
-
-PANELS: dict[str, list[tuple[str, list[str]]]] = {
-    "overview": [
-        ("format_valid_frac", ["format_valid_frac"]),
-        ("ppo_kl: policy-update KL k1", ["ppo_kl"]),
-        ("kl_ref_k3: KL to the reference", ["kl_ref_k3"]),
-        ("grad_norm", ["grad_norm"]),
-        ("entropy", ["entropy"]),
-        ("response length mean", ["response_length_mean"]),
-        ("truncated fraction (responses at the length limit)", ["truncated_frac"]),
-    ],
-    "clipping": [
-        ("token ratio outside the band, by bound and advantage sign",
-         ["tok_oob_low_neg_frac", "tok_oob_low_pos_frac", "tok_oob_high_neg_frac", "tok_oob_high_pos_frac"]),
-        ("sequence ratio outside the band",
-         ["seq_oob_low_neg_frac", "seq_oob_low_pos_frac", "seq_oob_high_neg_frac", "seq_oob_high_pos_frac"]),
-        ("verl pg_clipfrac / dual-clip pg_clipfrac_lower", ["pg_clipfrac", "pg_clipfrac_lower"]),
-        ("sequence ratio s_i: min / mean / max", ["seq_ratio_min", "seq_ratio_mean", "seq_ratio_max"]),
-    ],
-    "kl": [
-        ("policy-update KL: k1 ppo_kl, k3", ["ppo_kl", "ppo_kl_k3"]),
-        ("KL to the reference: k1 / k2 / k3", ["kl_ref_k1", "kl_ref_k2", "kl_ref_k3"]),
-        ("negative-advantage low-IS: fraction, KL share; top-1% KL share",
-         ["neg_adv_low_is_frac", "neg_adv_low_is_kl_share", "kl_top1pct_share"]),
-        ("training-inference mismatch: k1 / k3 / chi2", ["mismatch_k1", "mismatch_k3", "mismatch_chi2"]),
-        ("mismatch extremes: max |lp_old - lp_roll|, max |p_old - p_roll|",
-         ["mismatch_log_abs_max", "mismatch_prob_abs_max"]),
-        ("p_old / p_roll Pearson correlation", ["mismatch_prob_corr"]),
-        ("retokenization mismatch fraction", ["retok_mismatch_frac"]),
-    ],
-    "advantages": [
-        ("groups with zero reward std (no GRPO signal)", ["zero_std_group_frac"]),
-        ("advantage sign fractions", ["adv_pos_frac", "adv_neg_frac", "adv_zero_frac"]),
-        ("reward mean / std / mean within-group std", ["reward_mean", "reward_std", "group_reward_std_mean"]),
-        ("token advantage mean / std", ["adv_mean", "adv_std"]),
-    ],
-    "entropy": [
-        ("entropy", ["entropy"]),
-        ("Cov(logp, A) (sustained > 0 predicts entropy collapse)", ["cov_logp_adv"]),
-        ("mean logp", ["logp_mean"]),
-        ("response length mean / max", ["response_length_mean", "response_length_max"]),
-        ("truncated fraction", ["truncated_frac"]),
-    ],
-    "turns": [
-        ("ATPO turn ratio s_ik: min / max", ["turn_ratio_min", "turn_ratio_max"]),
-        ("turns outside the band", ["turn_oob_low_frac", "turn_oob_high_frac"]),
-        ("AT2PO turn entropy H_turn", ["turn_entropy_mean"]),
-    ],
-}
-
-
-PANELS = {view: [SCORE_PANEL] + panels for view, panels in PANELS.items()}
-
-
-def metrics_of(view: str) -> list[str]:
-    return list(dict.fromkeys(m for _, ms in PANELS[view] for m in ms))
+PANELS = DASHBOARD_PANELS  # view -> [(panel title, step columns)], the score panel first
 
 
 def series(source: RunSource, runs: Sequence[str], view: str, max_points: int = MAX_POINTS) -> dict:
@@ -136,10 +80,10 @@ def turns_missing(source: RunSource, runs: Sequence[str]) -> str:
 def render_ratios(source: RunSource, runs: Sequence[str], level: str) -> go.Figure:
     if not runs:
         return figures.message_figure("no run selected")
-    name = runs[0]
-    hist = source.cached(name, ("ratio_hist", level), lambda run: queries.ratio_histogram(run, level))
-    manifest = source.cached(name, ("manifest",), lambda run: dict(getattr(run, "manifest", {}) or {}))
-    return figures.ratio_heatmap_figure(hist, queries.band_edges(manifest, level))
+    if level not in ("sequences", "tokens"):
+        raise ValueError(f"level must be 'sequences' or 'tokens', got {level!r}")
+    hm = source.cached(runs[0], ("ratio_heatmap", level), lambda run: ratio_heatmap(run, level, max_x=200))
+    return figures.ratio_heatmap_figure(hm, level)
 
 
 def render_turn_heatmap(source: RunSource, runs: Sequence[str]) -> go.Figure:

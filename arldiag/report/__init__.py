@@ -1,8 +1,10 @@
 """Post-mortem reports (`arldiag report`): the same Findings the detectors produce, rendered as one self-contained
 HTML file, Markdown for issue trackers, or JSON for tools.
 
-Modules: build (gather a Report), data (DuckDB queries), downsample, signals, verdict, recommend, dimensions
-(the four ARLArena dimensions), figures (plotly), html / markdown / jsonout (renderers), cli.
+Modules: build (gather a Report from arldiag.views and the detectors), verdict, recommend, dimensions (the four
+ARLArena dimensions), sections/ (one module per report section, SECTIONS gives their order), blocks (what a section
+is made of), figures (plotly), text (wording), html / markdown / jsonout (renderers), cli; data and signals keep
+former names of arldiag.views.
 """
 from __future__ import annotations
 

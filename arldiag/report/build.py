@@ -1,6 +1,7 @@
 """Assemble a report: open the run(s), run the detectors, gather the data each section needs.
 
-The result (``Report``) is renderer-agnostic; html.py, markdown.py and jsonout.py turn it into files. The detectors
+The result (``Report``) is renderer-agnostic: the sections (report/sections/, in SECTIONS order) turn it into blocks
+that html.py and markdown.py render, and jsonout.py writes the sections' data fields. The detectors
 are imported lazily (``analyse``) so this module imports even where the detectors package is absent, and tests can
 inject their own findings.
 """
@@ -16,10 +17,15 @@ import pandas as pd
 
 from arldiag.findings import Finding
 from arldiag.report import data as D
-from arldiag.report import signals as S
+from arldiag.views import catalog as S
+from arldiag.views import heatmap as H
+from arldiag.views import offenders as O
+from arldiag.views import series as V
+from arldiag.views._sql import table_rows
+from arldiag.views.events import action_outcomes
 from arldiag.detectors.advice import settings_of, with_actions
 from arldiag.detectors.precursors import precursor_scan
-from arldiag.report.dimensions import Section, sections
+from arldiag.report.dimensions import Dimension, sections
 from arldiag.report.recommend import Recommendation, recommendations
 from arldiag.report.verdict import Verdict, registry_lagging, verdict
 
@@ -45,12 +51,12 @@ class RunReport:
     timeline: pd.DataFrame                    # run, step, risk, state
     verdict: Verdict
     recommendations: list[Recommendation]
-    sections: list[Section]
+    sections: list[Dimension]                 # the four ARLArena dimensions
     rows: dict[str, int]                      # rows per table for this run
-    heatmaps: dict[str, D.Heatmap] = field(default_factory=dict)  # "sequences" / "tokens"
-    comparison: D.Comparison | None = None    # neg-adv low-IS before vs at collapse
+    heatmaps: dict[str, H.Heatmap] = field(default_factory=dict)  # "sequences" / "tokens"
+    comparison: V.Comparison | None = None    # neg-adv low-IS before vs at collapse
     turns: pd.DataFrame | None = None
-    offenders: list[D.Offender] = field(default_factory=list)
+    offenders: list[O.Offender] = field(default_factory=list)
     alerts: pd.DataFrame | None = None        # alerts recorded while the run was written (first 50)
     actions: pd.DataFrame | None = None       # what --auto-stabilize applied (first 50)
     window: tuple[int, int] | None = None     # steps the offenders were taken from
@@ -107,15 +113,15 @@ def gather(run: Any, analyse: Analyse = detector_analysis, name: str | None = No
         timeline = timeline[timeline["run"] == name]
     timeline = timeline if timeline is not None else pd.DataFrame(columns=["run", "step", "risk", "state"])
     tick(f"{name}: step series")
-    steps = D.step_frame(sub, name)
+    steps = V.step_frame(sub, name)
     v = verdict(found, collapse, timeline, registry_lagging(), n_steps=len(steps),
                 decline=_decline_step(steps, collapse))
-    cols = S.resolve(S.ALL_SIGNALS, D.columns_with_data(steps))
-    rows = {t: D.table_rows(sub, t, name) for t in ("tokens", "sequences", "turns", "groups", "steps", "alerts",
+    cols = S.resolve(S.ALL_SIGNALS, V.columns_with_data(steps))
+    rows = {t: table_rows(sub, t, name) for t in ("tokens", "sequences", "turns", "groups", "steps", "alerts",
                                                      "actions")}
     clip, seq_clip = manifest.get("clip"), manifest.get("seq_clip")
     # advice fits the settings the run ended with: run.json's config plus what --auto-stabilize switched on
-    settings = with_actions(settings_of(manifest), D.action_outcomes(sub, name) if rows["actions"] else [])
+    settings = with_actions(settings_of(manifest), action_outcomes(sub, name) if rows["actions"] else [])
     rep = RunReport(name=name, path=str(getattr(sub, "paths", {}).get(name, "")), manifest=manifest, steps=steps,
                     cols=cols, findings=found, timeline=timeline, verdict=v, recommendations=recommendations(found, settings),
                     sections=sections(manifest, steps, cols, found), rows=rows, clip=clip, seq_clip=seq_clip)
@@ -127,19 +133,19 @@ def gather(run: Any, analyse: Analyse = detector_analysis, name: str | None = No
     rep.heatmaps = _heatmaps(sub, name, rows, clip, seq_clip)
     w = _window(len(steps))
     nalis = {k: cols[k] for k in ("nalis_count", "nalis_frac", "nalis_kl_share", "nalis_delta_frac") if k in cols}
-    rep.comparison = D.compare_windows(steps, nalis, collapse, w)
+    rep.comparison = V.compare_windows(steps, nalis, collapse, w)
 
     tick(f"{name}: turns")
-    rep.turns = D.turn_summary(sub, name, D.log_band(seq_clip or clip))
+    rep.turns = V.turn_summary(sub, name, H.log_band(seq_clip or clip))
     rep.alerts = D.alerts_frame(sub, name)
     rep.actions = D.actions_frame(sub, name)
 
     tick(f"{name}: offender sequences")
     rep.window = _offender_window(v, w)
-    rep.offenders = D.top_offenders(sub, name, rep.window, pinned=_pinned(found, rep.window))
+    rep.offenders = O.top_offenders(sub, name, rep.window, pinned=_pinned(found, rep.window))
     if not rep.offenders and rep.window is not None:  # no sequence rows in the window (e.g. a NaN last step)
         rep.window = None
-        rep.offenders = D.top_offenders(sub, name, None, pinned=_pinned(found, None))
+        rep.offenders = O.top_offenders(sub, name, None, pinned=_pinned(found, None))
     return rep
 
 
@@ -193,14 +199,10 @@ def training_precursors(steps: pd.DataFrame, collapse: int, top: int = 8) -> lis
     return kept[:top]
 
 
-def _heatmaps(run: Any, name: str, rows: dict[str, int], clip, seq_clip) -> dict[str, D.Heatmap]:
+def _heatmaps(run: Any, name: str, rows: dict[str, int], clip, seq_clip) -> dict[str, H.Heatmap]:
     """Sequence ratios against the sequence band; token ratios (unbiased sample only) against the token band."""
-    out = {}
-    if rows["sequences"]:
-        out["sequences"] = D.ratio_heatmap(run, name, "sequences", "seq_log_ratio", D.log_band(seq_clip or clip))
-    if rows["tokens"]:
-        where = "and sampled" if D.has_column(run, "tokens", "sampled") else ""
-        out["tokens"] = D.ratio_heatmap(run, name, "tokens", "log_ratio", D.log_band(clip), where=where)
+    bands = {"sequences": H.log_band(seq_clip or clip), "tokens": H.log_band(clip)}
+    out = {t: H.ratio_heatmap(run, t, name, bands[t]) for t in ("sequences", "tokens") if rows[t]}
     return {k: h for k, h in out.items() if h is not None}
 
 

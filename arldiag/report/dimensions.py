@@ -12,7 +12,7 @@ import pandas as pd
 
 from arldiag.findings import Finding
 from arldiag.nested import flatten
-from arldiag.report.data import series
+from arldiag.views.series import series
 
 TOLERANT_ALGOS = ("cispo", "sapo")
 SEQUENCE_CLIP_ALGOS = ("gspo", "atpo", "sampo")
@@ -31,7 +31,7 @@ def config_value(config: Mapping[str, Any], aliases: Sequence[str]) -> Any:
 
 
 @dataclass
-class Section:
+class Dimension:
     key: str
     title: str
     did: list[str]                        # what the run did (manifest)
@@ -81,7 +81,7 @@ def algorithm_of(manifest: Mapping[str, Any]) -> str | None:
 
 
 def sections(manifest: Mapping[str, Any], steps: pd.DataFrame, cols: Mapping[str, str],
-             findings: Sequence[Finding]) -> list[Section]:
+             findings: Sequence[Finding]) -> list[Dimension]:
     """The four dimension sections. ``cols`` maps signal keys to resolved step columns (signals.resolve)."""
     cfg = manifest.get("config") or {}
     algo = algorithm_of(manifest)
@@ -106,7 +106,7 @@ def sections(manifest: Mapping[str, Any], steps: pd.DataFrame, cols: Mapping[str
     if trunc is not None and trunc > 0.1 and agg == "token-mean":
         shows.append(f"{trunc:.0%} of responses hit the length limit on average; under token-mean aggregation "
                      "their tokens dominate the loss.")
-    out.append(Section("loss_aggregation", "Loss aggregation", did, shows,
+    out.append(Dimension("loss_aggregation", "Loss aggregation", did, shows,
                        _related(findings, ("length", "trunc")), ["response_length_mean", "truncated_frac"]))
 
     # 2. IS clipping -----------------------------------------------------------------------------------------------
@@ -129,7 +129,7 @@ def sections(manifest: Mapping[str, Any], steps: pd.DataFrame, cols: Mapping[str
         if tt > 0:
             shows.append(f"{ln / tt:.0%} of out-of-band tokens sit at the lower bound with a negative advantage "
                          "(ARLArena: this share grows before a collapse).")
-    out.append(Section("is_clipping", "IS clipping", did, shows, _related(findings, ("clip",)),
+    out.append(Dimension("is_clipping", "IS clipping", did, shows, _related(findings, ("clip",)),
                        ["pg_clipfrac", "clip_low_neg", "clip_high_pos", "seq_low_neg"]))
 
     # 3. advantage design ------------------------------------------------------------------------------------------
@@ -154,7 +154,7 @@ def sections(manifest: Mapping[str, Any], steps: pd.DataFrame, cols: Mapping[str
     if cov is not None and cov > 0:
         shows.append("Cov(logp, A) is positive on average: confident tokens get positive advantages, which "
                      "drives entropy down (Cui et al.).")
-    out.append(Section("advantage_design", "Advantage design", did, shows,
+    out.append(Dimension("advantage_design", "Advantage design", did, shows,
                        _related(findings, ("neg_adv", "nalis", "cov", "adv")),
                        ["adv_zero_frac", "adv_neg_frac", "cov_logp_adv"]))
 
@@ -170,7 +170,7 @@ def sections(manifest: Mapping[str, Any], steps: pd.DataFrame, cols: Mapping[str
     if zs is not None and zs > 0.3 and not dyn:
         shows.append(f"{zs:.0%} of groups have zero reward variance on average and carry no GRPO signal; dynamic "
                      "filtering would drop them (ARLArena: helps with a rich advantage signal such as GiGPO).")
-    out.append(Section("dynamic_filtering", "Dynamic filtering", did, shows, _related(findings, ("zero", "filter")),
+    out.append(Dimension("dynamic_filtering", "Dynamic filtering", did, shows, _related(findings, ("zero", "filter")),
                        ["zero_std_group_frac", "group_reward_std_mean"]))
 
     for s in out:

@@ -13,9 +13,11 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from arldiag.report import signals as S
-from arldiag.report.data import Heatmap, series
 from arldiag.report.downsample import downsample_xy
+from arldiag.views import catalog as S
+from arldiag.views.events import band_spans
+from arldiag.views.heatmap import Heatmap
+from arldiag.views.series import series
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
 STATE_COLORS = {"watch": "rgba(255, 200, 0, 0.18)", "warning": "rgba(255, 120, 0, 0.22)",
@@ -25,22 +27,8 @@ EVENT_COLORS = {"collapse": "#c00000", "decline": "#a03060"}  # the outcome even
 
 
 def alert_segments(timeline: pd.DataFrame | None, max_segments: int = 300) -> list[tuple[float, float, str]]:
-    """Contiguous runs of steps in the same non-ok state -> (x0, x1, state), x in steps (half-step padding)."""
-    if timeline is None or timeline.empty:
-        return []
-    t = timeline.sort_values("step")
-    segs: list[list] = []
-    prev_step = None
-    for step, state in zip(t["step"].to_numpy(), t["state"].to_numpy()):
-        if state not in STATE_COLORS:
-            prev_step = None
-            continue
-        if segs and segs[-1][2] == state and prev_step is not None:
-            segs[-1][1] = step + 0.5
-        else:
-            segs.append([step - 0.5, step + 0.5, state])
-        prev_step = step
-    return [tuple(s) for s in segs[:max_segments]]
+    """Contiguous runs of steps in the same alert state -> (x0, x1, state), x in steps (half-step padding)."""
+    return band_spans(timeline, max_segments)
 
 
 def _vline(fig: go.Figure, x: float, color: str, dash: str, text: str) -> None:
