@@ -15,7 +15,6 @@ import os
 import socket
 import time
 import uuid
-import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -30,6 +29,7 @@ from arldiag.stats import Bands, UpdateInputs, compute_update, segmentable, spli
 from arldiag.store.location import StoreRoot, is_url
 from arldiag.store.writer import PART_ROWS, StoreWriter
 from arldiag.backends import is_torch
+from arldiag.collectors.guard import Guard
 from arldiag.collectors.convert import as_array, as_device_array, check_shape, row_counts
 from arldiag.collectors.staging import owned, signature, stack
 from arldiag.collectors.rollout_stats import RolloutCall, rollout_stats
@@ -226,6 +226,7 @@ class Collector:
         self.root = root if is_url(root) else Path(root)
         self.rank, self.world_size = int(rank), int(world_size)
         self.strict = strict
+        self.guard = Guard(strict)  # the error boundary of the collector and of the adapters that feed it
         self.flush_every = flush_every
         self.flush_every_s = float(flush_every_s)
         self._last_flush = time.monotonic()
@@ -239,7 +240,6 @@ class Collector:
         self._pg = (None, True) if process_group is True else (process_group, process_group is not None)
         self.should_stop = False
         self.stop_reason: str | None = None
-        self._warned: set[str] = set()
         self._cur: _StepState | None = None  # the step being recorded
         # per-update rows (numpy columns) held until the next publish, then converted to one Arrow table per table:
         # the conversion's cost is mostly per column (~40 columns), so once per publish instead of once per update
@@ -290,10 +290,10 @@ class Collector:
         except Exception as exc:  # noqa: BLE001
             if strict:
                 raise
-            self._warn_once("open", f"arldiag: cannot write the run store at {self.root} ({type(exc).__name__}: "
+            self.guard.warn_once("open", f"arldiag: cannot write the run store at {self.root} ({type(exc).__name__}: "
                                     f"{exc}); statistics are still computed for the monitor but not stored")
         if monitor is not None:
-            self._guard("monitor", monitor.bind, self)
+            self.guard.run("monitor", monitor.bind, self)
 
     # ------------------------------------------------------------------ public hooks
     def record_rollout(self, step: int, sample_ids, group_ids=None, turn_ids=None, token_ids=None,
@@ -337,7 +337,7 @@ class Collector:
             raise ValueError("token_ids/logp_rollout need response_mask to say which tokens the policy generated")
         if texts is not None and len(texts) != B:
             raise ValueError(f"texts has {len(texts)} entries, sample_ids has {B}")
-        self._guard("record_rollout", self._record_rollout, int(step), sid, per_sample, mask, tok, lpr, texts)
+        self.guard.run("record_rollout", self._record_rollout, int(step), sid, per_sample, mask, tok, lpr, texts)
 
     def record_update(self, step: int, update: int = 0, *, logp, logp_old, advantages, response_mask,
                       logp_ref=None, logp_rollout=None, entropy=None, sample_ids=None, turn_ids=None,
@@ -390,9 +390,9 @@ class Collector:
         inp = UpdateInputs(lp, lpo, adv, mask, opt.get("logp_ref"), opt.get("logp_rollout"), opt.get("entropy"),
                            turn, tid)
         if defer:
-            self._guard("record_update", self._stage, int(step), int(update), inp, sid)
+            self.guard.run("record_update", self._stage, int(step), int(update), inp, sid)
             return {}
-        out = self._guard("record_update", self._record_update, int(step), int(update), inp, sid)
+        out = self.guard.run("record_update", self._record_update, int(step), int(update), inp, sid)
         return out or {}
 
     def record_step(self, step: int, metrics: Mapping[str, Any] | None = None) -> dict[str, float]:
@@ -411,8 +411,8 @@ class Collector:
         try:
             user = self._aliases(user)
         except Exception as exc:  # noqa: BLE001 - a name lookup must never stop the step from being recorded
-            self._warn_once("aliases", f"arldiag: metric name resolution failed ({exc!r}); names kept as logged")
-        res = self._guard("record_step", self._record_step, int(step), user)
+            self.guard.warn_once("aliases", f"arldiag: metric name resolution failed ({exc!r}); names kept as logged")
+        res = self.guard.run("record_step", self._record_step, int(step), user)
         return res or {}
 
     def record_alert(self, step: int, detector: str, severity: str, state: str = "", risk: float = float("nan"),
@@ -440,11 +440,11 @@ class Collector:
         self._put("actions", _row_table(cached_schema(("actions",), lambda: arrow_schema("actions")), row))
         note = getattr(self.monitor, "note_action", None)
         if note is not None:  # the online advice fits the settings the action left (Monitor.note_action)
-            self._guard("monitor", note, outcome)
+            self.guard.run("monitor", note, outcome)
 
     def settle(self) -> None:
         """Compute and finalise the steps that ``batch_s`` left pending (their rows, step rows and the monitor)."""
-        self._guard("record_step", self._settle)
+        self.guard.run("record_step", self._settle)
 
     def request_stop(self, reason: str) -> None:
         """Ask the trainer to stop (it reads ``should_stop``)."""
@@ -455,13 +455,13 @@ class Collector:
     def flush(self) -> None:
         """Finalise nothing; publish every buffered row now (deferred updates and pending steps are computed
         first)."""
-        self._guard("record_step", self._settle)
+        self.guard.run("record_step", self._settle)
         if self._cur is not None:
-            self._guard("record_update", self._compute_step, self._cur)
+            self.guard.run("record_update", self._compute_step, self._cur)
         if self.writer is not None:
-            self._guard("flush", self._release_held)
-            self._guard("flush", self._release_steps)
-            self._guard("flush", self.writer.flush, True)
+            self.guard.run("flush", self._release_held)
+            self.guard.run("flush", self._release_steps)
+            self.guard.run("flush", self.writer.flush, True)
 
     def close(self) -> None:
         if self._closed:
@@ -469,22 +469,22 @@ class Collector:
         self._closed = True
         try:
             if self._cur is not None:
-                self._guard("record_step", self._finalise_step)
-            self._guard("record_step", self._settle)
+                self.guard.run("record_step", self._finalise_step)
+            self.guard.run("record_step", self._settle)
             if self.writer is not None:
-                self._guard("close", self._release_held)  # rows of a step whose finalising failed
-                self._guard("close", self._release_steps)
-                self._guard("close", self.writer.close)
+                self.guard.run("close", self._release_held)  # rows of a step whose finalising failed
+                self.guard.run("close", self._release_steps)
+                self.guard.run("close", self.writer.close)
                 if self.rank == 0:
                     self.manifest["status"] = "finished"
                     self.manifest["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
                     if self.writer.dropped_rows:
                         self.manifest["dropped_rows"] = self.writer.dropped_rows
-                    self._guard("close", self._loc.write_json, "run.json", self.manifest)
+                    self.guard.run("close", self._loc.write_json, "run.json", self.manifest)
         finally:
             close = getattr(self.monitor, "close", None)
             if close is not None:
-                self._guard("monitor", close)
+                self.guard.run("monitor", close)
 
     def __enter__(self) -> "Collector":
         return self
@@ -493,16 +493,6 @@ class Collector:
         self.close()
 
     # ------------------------------------------------------------------ internals
-    def _guard(self, where: str, fn, *args):
-        """Run collector-internal work; its own failures warn once and never kill training (unless strict)."""
-        try:
-            return fn(*args)
-        except Exception as exc:  # noqa: BLE001
-            if self.strict:
-                raise
-            self._warn_once(where, f"arldiag: {where} failed ({type(exc).__name__}: {exc}); training continues")
-            return None
-
     def _after_close(self, where: str, step) -> bool:
         """True (after one warning) when the collector is closed: its writer has finished and run.json says
         "finished", so a late call cannot be recorded; it used to vanish without a word."""
@@ -511,15 +501,8 @@ class Collector:
         msg = f"arldiag: {where}(step={step}) after close() is not recorded (the run {self.root} is finished)"
         if self.strict:
             raise RuntimeError(msg)
-        self._warn_once("after_close", msg)
+        self.guard.warn_once("after_close", msg)
         return True
-
-    def _warn_once(self, key: str, msg: str) -> None:
-        if key in self._warned:
-            return
-        self._warned.add(key)
-        warnings.warn(msg, RuntimeWarning, stacklevel=3)
-        log.warning(msg)
 
     def _put(self, table: str, data: pa.Table) -> None:
         if self.writer is not None:  # write failures are reported (once) by the writer itself
@@ -825,7 +808,7 @@ class Collector:
                 self._settle()
             return {}
         self._settle()  # earlier steps first
-        self._guard("record_update", self._compute_step, st)
+        self.guard.run("record_update", self._compute_step, st)
         return self._finish_step(st)
 
     def _batchable(self, st: "_StepState") -> bool:
@@ -843,9 +826,9 @@ class Collector:
         pend, self._pending = self._pending, []
         if not pend:
             return
-        self._guard("record_update", self._compute_pending, pend)
+        self.guard.run("record_update", self._compute_pending, pend)
         for st in pend:  # each on its own: one step's failure does not drop the steps after it
-            self._guard("record_step", self._finish_step, st)
+            self.guard.run("record_step", self._finish_step, st)
 
     def _compute_pending(self, pend: list["_StepState"]) -> None:
         """The pending steps' rollout calls in one pass, and their updates (one batch per step, _batchable) in
@@ -904,7 +887,7 @@ class Collector:
             self._release_steps()
             self.writer.flush()
         if self.monitor is not None and watch:
-            self._guard("monitor", self.monitor.on_step, step, metrics)
+            self.guard.run("monitor", self.monitor.on_step, step, metrics)
         return metrics
 
 
