@@ -25,20 +25,44 @@ from arldiag import __version__
 from arldiag.aliases import OWN_OUTCOMES, LiveResolver
 from arldiag.schema import (SCHEMA_VERSION, STEP_AGGS, TABLE_COLUMNS, TABLES, USER_METRIC_PREFIX,
                             arrow_schema, derive_step_metrics)
-from arldiag.stats import Bands, UpdateInputs, compute_update, segmentable, splitmix_unit, top_share
+from arldiag.stats import AGGS, Bands, UpdateInputs, compute_update, segmentable, splitmix_unit, top_share
 from arldiag.store.location import StoreRoot, is_url
 from arldiag.store.writer import PART_ROWS, StoreWriter
 from arldiag.backends import is_torch
 from arldiag.collectors.guard import Guard
 from arldiag.collectors.convert import as_array, as_device_array, check_shape, row_counts
 from arldiag.collectors.staging import owned, signature, stack
-from arldiag.collectors.rollout_stats import RolloutCall, rollout_stats
+from arldiag.collectors.rollout_stats import ROLLOUT_AGGS, RolloutCall, rollout_stats
 from arldiag.collectors.arrow_rows import (cached_schema, concat_columns, row_table as _row_table, rows_table,
                                           table as _table)
 
 log = logging.getLogger("arldiag")
 
 _MERGE = {a.name: a.merge for a in STEP_AGGS}
+STEP_OWN_AGGS = ("n_updates", "kl_top_share")  # aggregates of the whole step (_finish_step)
+
+
+def check_aggregates() -> None:
+    """Every stored step aggregate (schema.STEP_AGGS) has exactly one producer: a formula (stats.AGGS, which refuses
+    a name the schema lacks), the rollout statistics (rollout_stats.ROLLOUT_AGGS) or the step itself; a declared
+    aggregate nothing computes would be a column of nulls. Run at import."""
+    producers = [("stats.AGGS", tuple(AGGS)), ("rollout_stats.ROLLOUT_AGGS", ROLLOUT_AGGS),
+                 ("collector.STEP_OWN_AGGS", STEP_OWN_AGGS)]
+    seen: dict[str, str] = {}
+    for where, names in producers:
+        for n in names:
+            if n in seen:
+                raise ValueError(f"step aggregate {n!r} is produced twice ({seen[n]} and {where})")
+            seen[n] = where
+    declared = {a.name for a in STEP_AGGS}
+    missing, extra = sorted(declared - set(seen)), sorted(set(seen) - declared)
+    if missing:
+        raise ValueError(f"step aggregates declared in schema.STEP_AGGS without a formula: {missing}")
+    if extra:
+        raise ValueError(f"step aggregates computed but not declared in schema.STEP_AGGS: {extra}")
+
+
+check_aggregates()
 # held rows (all tables) that make the collector convert and hand them over before the next publish: bounds the
 # memory of the numpy columns kept between publishes on steps with many rows (the token rows of a large step)
 HOLD_ROWS = 65_536

@@ -74,8 +74,9 @@ def test_segment_aggregates_equal_one_pass_per_step():
 
 
 def test_segments_with_as_many_finite_tokens_as_rows():
-    """Four rows, five masked tokens, one of them NaN: four finite tokens, as many as rows. Per-row reductions cannot
-    tell token arrays from row arrays then; each step still gets its own pass's aggregates (rollout ids too)."""
+    """Four rows, five masked tokens, one of them NaN: four finite tokens, as many as rows. Token arrays and row
+    arrays have the same length then; each aggregate declares its level (stats.agg ``over``), so each step still gets
+    its own pass's aggregates (rollout ids too)."""
     bands = Bands(0.2, 0.28, 0.2, 0.28, 3.0, 0.223)
     mask = np.array([[1, 1], [1, 0], [1, 0], [1, 0]], bool)
     lp = np.array([[-1.0, np.nan], [-2.0, 0], [-0.5, 0], [-1.5, 0]], np.float32)
