@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from arldiag import schema, stats
-from arldiag.collectors import collector
+from arldiag.collectors import steps
 from arldiag.collectors.rollout_stats import ROLLOUT_AGGS, RolloutCall, rollout_stats
 from arldiag.stats import AGGS, SIZE, Bands, UpdateInputs, agg, compute_update
 
 
 def test_every_declared_aggregate_has_exactly_one_producer():
-    collector.check_aggregates()
-    produced = list(AGGS) + list(ROLLOUT_AGGS) + list(collector.STEP_OWN_AGGS)
+    steps.check_aggregates()
+    produced = list(AGGS) + list(ROLLOUT_AGGS) + list(steps.STEP_OWN_AGGS)
     assert len(produced) == len(set(produced))
     assert set(produced) == {a.name for a in schema.STEP_AGGS}
 
@@ -29,13 +29,13 @@ def test_a_formula_without_a_schema_declaration_is_refused_at_registration():
 
 
 def test_a_declaration_without_a_formula_fails_the_import_check(monkeypatch):
-    monkeypatch.setattr(collector, "STEP_AGGS", schema.STEP_AGGS + [schema.Agg("sum_new", "sum", "a new sum")])
+    monkeypatch.setattr(steps, "STEP_AGGS", schema.STEP_AGGS + [schema.Agg("sum_new", "sum", "a new sum")])
     with pytest.raises(ValueError, match=r"without a formula: \['sum_new'\]"):
-        collector.check_aggregates()
+        steps.check_aggregates()
     monkeypatch.undo()
     monkeypatch.delitem(AGGS, "sum_ratio")
     with pytest.raises(ValueError, match=r"without a formula: \['sum_ratio'\]"):
-        collector.check_aggregates()
+        steps.check_aggregates()
 
 
 def test_registration_takes_merge_kind_and_integer_type_from_the_schema():
