@@ -7,6 +7,7 @@ reward, success, ...) become columns of the update's sequence rows, null for a s
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -96,36 +97,56 @@ def _missing(dtype: np.dtype):
 
 
 def align(step: int, batch: list[tuple[int, UpdateInputs, np.ndarray]], rollout: RolloutCache) -> AlignedUpdate:
-    """The updates of ``batch`` stacked and aligned with what the rollout recorded for their samples: the
-    rollout engine's log-probs and token ids per masked token, and the rollout's per-sample columns per row."""
+    """The updates of ``batch`` ((update, inputs, sample ids) each) stacked and aligned with what the rollout
+    recorded for their samples: a new UpdateInputs with the rollout engine's log-probs and token ids per masked
+    token (and the per-turn samples' turn ids), and the rollout's per-sample columns per row. The inputs handed in
+    are not changed (they may be the trainer's own, or a staged copy shared with another pass)."""
     sizes = [b[1].mask.shape[0] for b in batch]
     inp = stack([b[1] for b in batch])
     sid = batch[0][2] if len(batch) == 1 else np.concatenate([b[2] for b in batch])
     update = batch[0][0] if len(batch) == 1 else np.repeat(np.array([b[0] for b in batch], np.int32), sizes)
-    B = inp.mask.shape[0]
     j = rollout.lookup(sid)
     known = j >= 0
-    # Align the rollout engine's log-probs / ids with the trainer's masked tokens (same count per sample).
-    if known.any() and (inp.logp_rollout is None or inp.token_ids is not None):
-        n_u = row_counts(inp.mask)  # masked tokens are row-major, so [B] counts give each token's row
-        n_r = np.where(known, rollout.lengths[np.maximum(j, 0)], -1)
-        same = known & (n_u == n_r)
-        rows = np.repeat(np.arange(B), n_u)
-        k = np.arange(rows.size) - np.concatenate(([0], np.cumsum(n_u)[:-1]))[rows]
-        src = rollout.offsets[np.maximum(j, 0)][rows] + k
-        ok = same[rows]
-        if inp.logp_rollout is None and not np.all(np.isnan(rollout.flat_logp)):
-            inp.rollout_flat_logp = np.where(ok, rollout.flat_logp[np.where(ok, src, 0)], np.nan) \
-                if rows.size else np.empty(0, np.float32)
-        if inp.token_ids is not None and np.any(rollout.flat_tok >= 0):
-            inp.rollout_flat_token_ids = np.where(ok, rollout.flat_tok[np.where(ok, src, 0)], -1) \
-                if rows.size else np.empty(0, np.int64)
-            # samples whose lengths differ: a retokenization changed the token count (count the difference)
-            diff_len = known & ~same
-            inp.retok_extra = np.where(diff_len, np.abs(n_u - n_r), -1)
+    aligned = _rollout_tokens(inp, j, known, rollout)
     if inp.turn_ids is None and "turn" in rollout.cols and known.all():
-        inp.turn_ids = rollout.cols["turn"][j]  # per-turn samples: the rollout said which turn each is
-    cols: dict[str, Any] = {}  # the rollout's columns of each row (null / NaN / -1 for an unknown sample)
+        aligned["turn_ids"] = rollout.cols["turn"][j]  # per-turn samples: the rollout said which turn each is
+    if aligned:
+        inp = dataclasses.replace(inp, **aligned)
+    turn = None
+    if "turn" in rollout.cols:
+        turn = np.where(known, rollout.cols["turn"][np.maximum(j, 0)], -1).astype(np.int16)
+    texts = None if rollout.texts is None else [rollout.texts[i] if i >= 0 else None for i in j.tolist()]
+    return AlignedUpdate(step, inp, sid, update, sizes, _rollout_columns(j, known, rollout), turn, texts)
+
+
+def _rollout_tokens(inp: UpdateInputs, j: np.ndarray, known: np.ndarray, rollout: RolloutCache) -> dict[str, Any]:
+    """The rollout engine's log-probs / token ids per masked token of ``inp`` (same token count per sample: same
+    positions; NaN / -1 elsewhere) and the id differences of samples whose count differs (``retok_extra``)."""
+    out: dict[str, Any] = {}
+    if not known.any() or (inp.logp_rollout is not None and inp.token_ids is None):
+        return out
+    B = inp.mask.shape[0]
+    n_u = row_counts(inp.mask)  # masked tokens are row-major, so [B] counts give each token's row
+    n_r = np.where(known, rollout.lengths[np.maximum(j, 0)], -1)
+    same = known & (n_u == n_r)
+    rows = np.repeat(np.arange(B), n_u)
+    k = np.arange(rows.size) - np.concatenate(([0], np.cumsum(n_u)[:-1]))[rows]
+    src = rollout.offsets[np.maximum(j, 0)][rows] + k
+    ok = same[rows]
+    if inp.logp_rollout is None and not np.all(np.isnan(rollout.flat_logp)):
+        out["rollout_flat_logp"] = np.where(ok, rollout.flat_logp[np.where(ok, src, 0)], np.nan) \
+            if rows.size else np.empty(0, np.float32)
+    if inp.token_ids is not None and np.any(rollout.flat_tok >= 0):
+        out["rollout_flat_token_ids"] = np.where(ok, rollout.flat_tok[np.where(ok, src, 0)], -1) \
+            if rows.size else np.empty(0, np.int64)
+        # samples whose lengths differ: a retokenization changed the token count (count the difference)
+        out["retok_extra"] = np.where(known & ~same, np.abs(n_u - n_r), -1)
+    return out
+
+
+def _rollout_columns(j: np.ndarray, known: np.ndarray, rollout: RolloutCache) -> dict[str, Any]:
+    """The rollout's columns of each row (null / NaN / -1 for a sample the rollout did not mention)."""
+    cols: dict[str, Any] = {}
     for name in ("group_id", "trajectory_id", "reward", "format_valid", "truncated", "success",
                  "response_length"):
         src_col = rollout.cols.get(name)
@@ -139,8 +160,4 @@ def align(step: int, batch: list[tuple[int, UpdateInputs, np.ndarray]], rollout:
                 cols[name] = v
             else:  # unknown sample: null, not a made-up value
                 cols[name] = np.ma.array(v, mask=~known)
-    turn = None
-    if "turn" in rollout.cols:
-        turn = np.where(known, rollout.cols["turn"][np.maximum(j, 0)], -1).astype(np.int16)
-    texts = None if rollout.texts is None else [rollout.texts[i] if i >= 0 else None for i in j.tolist()]
-    return AlignedUpdate(step, inp, sid, update, sizes, cols, turn, texts)
+    return cols

@@ -7,6 +7,7 @@ and several ranks of a job combine exactly in the reader.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import time
 from typing import Any, Callable, Mapping
@@ -212,11 +213,9 @@ class StepEngine:
             groups.setdefault(key, []).append(i)
         for idx in groups.values():
             inps = [preps[i].inp for i in idx]
-            inp = stack(inps) if len(idx) > 1 else inps[0]
-            if len(idx) > 1:
-                for f in ("rollout_flat_logp", "rollout_flat_token_ids", "retok_extra"):
-                    if getattr(inps[0], f) is not None:
-                        setattr(inp, f, np.concatenate([getattr(x, f) for x in inps]))
+            inp = inps[0] if len(idx) == 1 else dataclasses.replace(stack(inps), **{
+                f: np.concatenate([getattr(x, f) for x in inps])
+                for f in ("rollout_flat_logp", "rollout_flat_token_ids", "retok_extra") if getattr(inps[0], f) is not None})
             if len(idx) == 1 or not segmentable(inp.mask, inp.turn_ids):
                 for i in idx:  # one pass per pair
                     res = compute_update(preps[i].inp, self.bands)
