@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from arldiag.findings import SEVERITIES, severity_rank
+from arldiag.findings import severity_rank
+from arldiag.levels import SEVERITIES
 
 log = logging.getLogger("arldiag")
 WATCH_WRITER_RANK = 99_999  # part-file rank of alerts written by `arldiag watch` (never collides with trainers)

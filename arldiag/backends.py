@@ -57,6 +57,7 @@ class Backend:
 class NumpyBackend(Backend):
     name = "numpy"
     xp = np
+    bool_dtype = np.dtype(bool)
 
     def asarray(self, x, dtype=None):
         return np.asarray(x) if dtype is None else np.asarray(x, dtype=dtype)
@@ -169,6 +170,7 @@ class TorchBackend(Backend):
 
         self.xp = torch
         self.device = device
+        self.bool_dtype = torch.bool
         self._f64 = torch.float64
 
     def asarray(self, x, dtype=None):

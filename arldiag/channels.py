@@ -22,7 +22,8 @@ from email.message import EmailMessage
 from typing import Any
 
 from arldiag.alerts import Alert, BackgroundSink, WebhookSink
-from arldiag.findings import SEVERITIES, severity_rank
+from arldiag.findings import severity_rank
+from arldiag.levels import SEVERITIES
 
 TEMPLATE_FIELDS = ("run", "step", "detector", "severity", "SEVERITY", "state", "risk", "title", "message",
                    "mention", "emoji")

@@ -9,14 +9,15 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from arldiag.levels import SEVERITIES, rank
+
 FINDINGS_VERSION = "1.0"
-SEVERITIES = ("info", "watch", "warning", "critical")  # ordered; "skipped" is not a severity but a status
 STATUSES = ("fired", "quiet", "skipped")
 
 
 def severity_rank(severity: str) -> int:
     """0 = info ... 3 = critical; -1 for anything else (quiet/skipped findings)."""
-    return SEVERITIES.index(severity) if severity in SEVERITIES else -1
+    return rank(severity) if severity in SEVERITIES else -1
 
 
 _STATUS_ORDER = {"fired": 0, "skipped": 1, "quiet": 2}

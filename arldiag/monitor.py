@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from arldiag.alerts import Alert, CallbackSink, ConsoleSink, StoreSink, WandbSink, WebhookSink
 from arldiag.detectors.advice import settings_of, with_actions
-from arldiag.detectors.base import LEVELS
+from arldiag.levels import ALERTING, LEVELS
 from arldiag.detectors.engine import Evaluator, StepResult
 from arldiag.detectors.risk import RiskConfig
 from arldiag.findings import Finding
@@ -48,8 +48,8 @@ class Monitor:
                  min_severity: str = "watch", source: str = "online", run: str | None = None,
                  console_stream=None, config: Mapping[str, Any] | None = None,
                  risk_model: str | None = None) -> None:
-        if stop_on not in (None, "watch", "warning", "critical"):
-            raise ValueError(f"stop_on must be None, 'watch', 'warning' or 'critical', got {stop_on!r}")
+        if stop_on is not None and stop_on not in ALERTING:
+            raise ValueError(f"stop_on must be None or one of {ALERTING}, got {stop_on!r}")
         self.evaluator = Evaluator(detectors, risk=risk, config=config, risk_model=risk_model)
         self._config_given = config is not None
         self.source, self.run, self.stop_on = source, run, stop_on

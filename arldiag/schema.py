@@ -16,6 +16,8 @@ from typing import Mapping, Sequence
 
 import pyarrow as pa
 
+from arldiag.levels import LEVELS, SEVERITIES
+
 SCHEMA_VERSION = "1.0"  # major.minor; readers refuse a newer major, read any older one
 TABLES = ("tokens", "sequences", "turns", "groups", "steps", "alerts", "actions")
 USER_METRIC_PREFIX = "m/"  # user metrics from record_step(metrics=...) are stored as "m/<name>" in raw step files
@@ -126,8 +128,8 @@ ALERTS = [
     Col("step", I64, "step at which the alert was raised"),
     Col("time", pa.timestamp("us", tz="UTC"), "wall-clock time the alert was raised"),
     Col("detector", STR, "name of the detector (see docs/detectors.md)"),
-    Col("severity", STR, "info | watch | warning | critical"),
-    Col("state", STR, "alert state of the run after this alert: ok | watch | warning | critical"),
+    Col("severity", STR, " | ".join(SEVERITIES)),
+    Col("state", STR, "alert state of the run after this alert: " + " | ".join(LEVELS)),
     Col("risk", F64, "collapse risk in [0, 1] at this step"),
     Col("title", STR, "one-line summary"),
     Col("message", STR, "plain-language explanation and recommendation"),
@@ -142,7 +144,7 @@ ACTIONS = [
     Col("action", STR, "nalis_mask | clip | seq_clip | lr_scale | rollback | stop (docs: README, Auto-stabilize)"),
     Col("params", STR, "JSON parameters as applied (e.g. {\"factor\": 0.5, \"lr\": 1e-4}, {\"to_step\": 35})"),
     Col("detector", STR, "the finding (detector name) that triggered the action"),
-    Col("state", STR, "alert state of the run when the action was taken: ok | watch | warning | critical"),
+    Col("state", STR, "alert state of the run when the action was taken: " + " | ".join(LEVELS)),
     Col("risk", F64, "collapse risk in [0, 1] at that step"),
     Col("reason", STR, "the policy's one-line reason"),
     Col("policy", STR, "the policy that proposed it (registered name or module:function)"),

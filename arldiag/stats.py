@@ -14,13 +14,15 @@ are reproduced exactly (token ratio from a log-ratio clamped to +-20).
 from __future__ import annotations
 
 import math
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
+import pyarrow as pa
+
 from arldiag.backends import Backend, Layout, backend_for
+from arldiag.schema import STEP_AGGS, STEPS_RAW
 
 LOG_RATIO_CLAMP = 20.0   # clamp lp - lp_old before exp (verl does the same)
 KL_CLAMP = 10.0          # clamp x in k3 = exp(x) - x - 1 (verl low_var_kl)
@@ -59,18 +61,41 @@ class Formula:
     name: str
     fn: Callable[["Env"], Any]
     needs: tuple[str, ...] = ()   # optional inputs that must be given (lp_ref, lp_roll, ent, tid/rid)
-    count: bool = False           # integer count (aggregates)
+
+
+SIZE = "size"  # agg(name, SIZE, ...): the number of elements of the level (selected by ``where``)
+OVER = ("tok", "seq", "turn")   # the level an aggregate's arrays run over: [N] tokens, [B] sequences, [K] turns
+
+
+@dataclass(frozen=True)
+class AggFormula:
+    """The formula of a stored step aggregate. ``map``: the values to reduce, an array over ``over`` (a bool array
+    is counted; a pair (x, y) sums x * y; SIZE counts the elements); ``where``: the elements taken. The reduction
+    is the aggregate's merge kind as schema.STEP_AGGS declares it (sum / max / min), so one declaration gives the
+    scalar of one update and the per-row values of stacked steps (_segment_aggs). ``scale`` multiplies a sum.
+    ``merge`` and ``count`` (stored as an integer) are the schema's, copied at registration."""
+    name: str
+    map: Any
+    where: Callable[["Env"], Any] | None
+    over: str
+    needs: tuple[str, ...]
+    scale: float
+    merge: str
+    count: bool
+    scalar: Callable[["Env"], Any]   # the one-update evaluator (_scalar)
 
 
 VALUES: dict[str, Formula] = {}   # token [N] / sequence [B] intermediates, computed on demand
 SEQ_COLUMNS: dict[str, Formula] = {}   # sequences-table columns [B]
-AGGS: dict[str, Formula] = {}     # raw step aggregates (schema.STEP_AGGS names), scalars
+AGGS: dict[str, AggFormula] = {}  # raw step aggregates of an update (schema.STEP_AGGS names)
+_DECLARED = {a.name: a for a in STEP_AGGS}
+_INTEGER = {c.name for c in STEPS_RAW if c.type == pa.int64()}
 
 
-def _reg(table: dict, name: str, fn, needs=(), count=False) -> None:
+def _reg(table: dict, name: str, fn, needs=()) -> None:
     if name in table:
         raise ValueError(f"duplicate formula {name}")
-    table[name] = Formula(name, fn, tuple(needs), count)
+    table[name] = Formula(name, fn, tuple(needs))
 
 
 def value(name, fn, needs=()):
@@ -81,8 +106,46 @@ def seq_col(name, fn, needs=()):
     _reg(SEQ_COLUMNS, name, fn, needs)
 
 
-def agg(name, fn, needs=(), count=False):
-    _reg(AGGS, name, fn, needs, count)
+def agg(name: str, map, where=None, over: str = "tok", needs=(), scale: float = 1.0) -> None:
+    """Register the formula of the stored aggregate ``name`` (declared, with its merge kind and doc, in
+    schema.STEP_AGGS; a formula the schema lacks would never be stored, so it is refused here, at import)."""
+    decl = _DECLARED.get(name)
+    if decl is None:
+        raise ValueError(f"aggregate {name!r} has a formula but no declaration in schema.STEP_AGGS")
+    if over not in OVER:
+        raise ValueError(f"aggregate {name!r}: over must be one of {OVER}, got {over!r}")
+    if decl.merge != "sum" and (map is SIZE or scale != 1.0):
+        raise ValueError(f"aggregate {name!r} merges by {decl.merge}: SIZE and scale are for sums")
+    if map is SIZE and over == "seq":
+        raise ValueError(f"aggregate {name!r}: count the rows with a [B] bool, not SIZE")
+    if name in AGGS:
+        raise ValueError(f"duplicate formula {name}")
+    AGGS[name] = AggFormula(name, map, where, over, tuple(needs), float(scale), decl.merge, name in _INTEGER,
+                            _scalar(map, where, over, decl.merge, float(scale)))
+
+
+def _scalar(map, where, over: str, merge: str, scale: float) -> Callable[["Env"], Any]:
+    """The one-update evaluator of an aggregate, specialised once at registration (it runs ~60 times per update)."""
+    if map is SIZE:
+        if where is not None:
+            return lambda e: e.be.count(where(e))
+        return (lambda e: e.be.size(e.turn_ratio)) if over == "turn" else (lambda e: e.be.size(e.lp))
+    if merge != "sum":
+        if where is None:
+            return (lambda e: e.be.max(map(e))) if merge == "max" else (lambda e: e.be.min(map(e)))
+        return (lambda e: e.be.max(map(e), where(e))) if merge == "max" else (lambda e: e.be.min(map(e), where(e)))
+
+    def total(e):
+        be, x = e.be, map(e)
+        w = None if where is None else where(e)
+        if type(x) is tuple:
+            v = be.dot(x[0], x[1], w)
+        elif x.dtype == be.bool_dtype:
+            v = be.count(x if w is None else x & w)
+        else:
+            v = be.sum(x, w)
+        return v if scale == 1.0 else v * scale
+    return total
 
 
 class Env:
@@ -145,6 +208,11 @@ value("d_abs", lambda e: e.xp.where(e.have_roll, e.xp.abs(e.d_mis), -math.inf))
 # retokenization drift: trainer ids vs the rollout engine's ids at the same response position
 value("have_id", lambda e: e.rid >= 0)
 value("id_diff", lambda e: e.have_id & (e.tid != e.rid))
+value("n_id_row", lambda e: e.rsum(e.have_id))                                   # [B] tokens with both ids
+value("n_id_diff_row", lambda e: e.rsum(e.id_diff))                              # [B] of those, different
+# [B] id differences counted from a response whose length changed (collector alignment), 0 when none
+value("extra_row", lambda e: e.be.full(e.lay.B, 0.0, np.float64) if e.retok_extra is None
+      else e.be.f64(e.xp.clip(e.retok_extra, 0, None)))
 
 
 def _k3(xp, x):
@@ -188,66 +256,105 @@ seq_col("seq_mismatch_ratio", lambda e: e.xp.exp(e.rsum(e.d_mis) * e.inv_h), nee
 seq_col("entropy_mean", lambda e: e.rmean(e.ent), needs=("ent",))
 
 # ---------------------------------------------------------------------------------------------------- step aggregates
-agg("n_tok", lambda e: e.be.size(e.lp), count=True)
-agg("sum_ratio", lambda e: e.be.sum(e.ratio))
-agg("sum_log_ratio", lambda e: e.be.sum(e.log_ratio))
-agg("sum_log_ratio_sq", lambda e: e.be.dot(e.log_ratio, e.log_ratio))
-agg("max_abs_log_ratio", lambda e: e.be.max(e.xp.abs(e.log_ratio)))
-agg("sum_ppo_kl", lambda e: e.be.sum(e.ppo_kl_tok))
-agg("sum_ppo_kl_k3", lambda e: e.be.sum(e.k3_upd))
-agg("n_pg_clip", lambda e: e.be.count(e.pg_clip), count=True)
-agg("n_pg_clip_lower", lambda e: e.be.count(e.pg_clip_lower), count=True)
-agg("n_tok_low_neg", lambda e: e.be.count(e.low & e.neg), count=True)
-agg("n_tok_low_pos", lambda e: e.be.count(e.low & e.pos_adv), count=True)
-agg("n_tok_high_neg", lambda e: e.be.count(e.high & e.neg), count=True)
-agg("n_tok_high_pos", lambda e: e.be.count(e.high & e.pos_adv), count=True)
-agg("sum_logp", lambda e: e.be.sum(e.lp))
-agg("sum_adv_tok", lambda e: e.be.sum(e.adv))
-agg("sum_adv_tok_sq", lambda e: e.be.dot(e.adv, e.adv))
-agg("sum_logp_adv", lambda e: e.be.dot(e.lp, e.adv))
-agg("n_nonfinite_tok", lambda e: e.n_bad, count=True)
-agg("n_nonfinite_seq", lambda e: e.be.count(e.n_bad_row > 0), count=True)
-agg("n_seq", lambda e: e.be.count(e.lay.nonempty), count=True)
-agg("n_seq_adv_pos", lambda e: e.be.count(e.s_pos & e.lay.nonempty), count=True)
-agg("n_seq_adv_neg", lambda e: e.be.count(e.s_neg & e.lay.nonempty), count=True)
-agg("n_seq_adv_zero", lambda e: e.be.count((e.adv_seq == 0) & e.lay.nonempty), count=True)
-agg("sum_seq_ratio", lambda e: e.be.sum(e.seq_ratio, e.lay.nonempty))
-agg("sum_seq_log_ratio", lambda e: e.be.sum(e.seq_lr, e.lay.nonempty))
-agg("sum_seq_log_ratio_sq", lambda e: e.be.dot(e.seq_lr, e.seq_lr, e.lay.nonempty))
-agg("min_seq_ratio", lambda e: e.be.min(e.seq_ratio, e.lay.nonempty))
-agg("max_seq_ratio", lambda e: e.be.max(e.seq_ratio, e.lay.nonempty))
-agg("n_seq_low_neg", lambda e: e.be.count(e.s_low & e.s_neg), count=True)
-agg("n_seq_low_pos", lambda e: e.be.count(e.s_low & e.s_pos), count=True)
-agg("n_seq_high_neg", lambda e: e.be.count(e.s_high & e.s_neg), count=True)
-agg("n_seq_high_pos", lambda e: e.be.count(e.s_high & e.s_pos), count=True)
-agg("n_nalis", lambda e: e.be.count(e.nalis), count=True)
-agg("sum_nalis_ppo_kl_k3", lambda e: e.be.sum(e.seq_k3, e.nalis))
-agg("n_nalis_delta", lambda e: e.be.count(e.nalis_delta), count=True)
-agg("sum_nalis_delta_ppo_kl_k3", lambda e: e.be.sum(e.seq_k3, e.nalis_delta))
-agg("n_tok_ref", lambda e: e.be.size(e.x_ref), needs=("lp_ref",), count=True)
-agg("sum_kl_ref_k1", lambda e: -e.be.sum(e.x_ref), needs=("lp_ref",))
-agg("sum_kl_ref_k2", lambda e: 0.5 * e.be.dot(e.x_ref, e.x_ref), needs=("lp_ref",))
-agg("sum_kl_ref_k3", lambda e: e.be.sum(e.kl_ref_k3_tok), needs=("lp_ref",))
-# mismatch sums run over the tokens that have a rollout log-prob (have_roll); NaN when none has one
+# token level: over the masked finite tokens of the update
+agg("n_tok", SIZE)
+agg("sum_ratio", lambda e: e.ratio)
+agg("sum_log_ratio", lambda e: e.log_ratio)
+agg("sum_log_ratio_sq", lambda e: (e.log_ratio, e.log_ratio))
+agg("max_abs_log_ratio", lambda e: e.xp.abs(e.log_ratio))
+agg("sum_ppo_kl", lambda e: e.ppo_kl_tok)
+agg("sum_ppo_kl_k3", lambda e: e.k3_upd)
+agg("n_pg_clip", lambda e: e.pg_clip)
+agg("n_pg_clip_lower", lambda e: e.pg_clip_lower)
+agg("n_tok_low_neg", lambda e: e.low & e.neg)
+agg("n_tok_low_pos", lambda e: e.low & e.pos_adv)
+agg("n_tok_high_neg", lambda e: e.high & e.neg)
+agg("n_tok_high_pos", lambda e: e.high & e.pos_adv)
+agg("sum_logp", lambda e: e.lp)
+agg("sum_adv_tok", lambda e: e.adv)
+agg("sum_adv_tok_sq", lambda e: (e.adv, e.adv))
+agg("sum_logp_adv", lambda e: (e.lp, e.adv))
+agg("n_nonfinite_tok", lambda e: e.n_bad_row, over="seq")   # the non-finite tokens are not among the N tokens
+agg("n_nonfinite_seq", lambda e: e.n_bad_row > 0, over="seq")
+# sequence level: over the update's rows
+_NONEMPTY = lambda e: e.lay.nonempty  # noqa: E731 - a row without finite tokens has no sequence statistics
+agg("n_seq", lambda e: e.lay.nonempty, over="seq")
+agg("n_seq_adv_pos", lambda e: e.s_pos & e.lay.nonempty, over="seq")
+agg("n_seq_adv_neg", lambda e: e.s_neg & e.lay.nonempty, over="seq")
+agg("n_seq_adv_zero", lambda e: (e.adv_seq == 0) & e.lay.nonempty, over="seq")
+agg("sum_seq_ratio", lambda e: e.seq_ratio, _NONEMPTY, over="seq")
+agg("sum_seq_log_ratio", lambda e: e.seq_lr, _NONEMPTY, over="seq")
+agg("sum_seq_log_ratio_sq", lambda e: (e.seq_lr, e.seq_lr), _NONEMPTY, over="seq")
+agg("min_seq_ratio", lambda e: e.seq_ratio, _NONEMPTY, over="seq")
+agg("max_seq_ratio", lambda e: e.seq_ratio, _NONEMPTY, over="seq")
+agg("n_seq_low_neg", lambda e: e.s_low & e.s_neg, over="seq")
+agg("n_seq_low_pos", lambda e: e.s_low & e.s_pos, over="seq")
+agg("n_seq_high_neg", lambda e: e.s_high & e.s_neg, over="seq")
+agg("n_seq_high_pos", lambda e: e.s_high & e.s_pos, over="seq")
+agg("n_nalis", lambda e: e.nalis, over="seq")
+agg("sum_nalis_ppo_kl_k3", lambda e: e.seq_k3, lambda e: e.nalis, over="seq")
+agg("n_nalis_delta", lambda e: e.nalis_delta, over="seq")
+agg("sum_nalis_delta_ppo_kl_k3", lambda e: e.seq_k3, lambda e: e.nalis_delta, over="seq")
+# KL to the reference
+agg("n_tok_ref", SIZE, needs=("lp_ref",))
+agg("sum_kl_ref_k1", lambda e: e.x_ref, needs=("lp_ref",), scale=-1.0)
+agg("sum_kl_ref_k2", lambda e: (e.x_ref, e.x_ref), needs=("lp_ref",), scale=0.5)
+agg("sum_kl_ref_k3", lambda e: e.kl_ref_k3_tok, needs=("lp_ref",))
+# mismatch sums run over the tokens that have a rollout log-prob (have_roll); left out when none has one
 _MIS = ("lp_roll", "any_roll")
-agg("n_tok_mis", lambda e: e.be.count(e.have_roll), needs=_MIS, count=True)
-agg("sum_mis_k1", lambda e: -e.be.sum(e.d_mis, e.have_roll), needs=_MIS)
-agg("sum_mis_k3", lambda e: e.be.sum(e.rho_mis - e.dc_mis - 1.0, e.have_roll), needs=_MIS)
-agg("sum_mis_rho_sq", lambda e: e.be.dot(e.rho_mis, e.rho_mis, e.have_roll), needs=_MIS)
-agg("sum_mis_prob_abs", lambda e: e.be.sum(e.p_abs, e.have_roll), needs=_MIS)
-agg("max_mis_prob_abs", lambda e: e.be.max(e.p_abs, e.have_roll), needs=_MIS)
-agg("max_mis_abs_log", lambda e: e.be.max(e.d_abs, e.have_roll), needs=_MIS)
-agg("sum_p_old", lambda e: e.be.sum(e.p_old, e.have_roll), needs=_MIS)
-agg("sum_p_roll", lambda e: e.be.sum(e.p_roll, e.have_roll), needs=_MIS)
-agg("sum_p_old_sq", lambda e: e.be.dot(e.p_old, e.p_old, e.have_roll), needs=_MIS)
-agg("sum_p_roll_sq", lambda e: e.be.dot(e.p_roll, e.p_roll, e.have_roll), needs=_MIS)
-agg("sum_p_old_p_roll", lambda e: e.be.dot(e.p_old, e.p_roll, e.have_roll), needs=_MIS)
-agg("n_tok_ent", lambda e: e.be.size(e.ent), needs=("ent",), count=True)
-agg("sum_entropy", lambda e: e.be.sum(e.ent), needs=("ent",))
-agg("n_tok_retok", lambda e: e.be.count(e.have_id) + e.n_extra, needs=("tid", "rid"), count=True)
-agg("n_tok_retok_mismatch", lambda e: e.be.count(e.id_diff) + e.n_extra, needs=("tid", "rid"), count=True)
+_ROLL = lambda e: e.have_roll  # noqa: E731
+agg("n_tok_mis", lambda e: e.have_roll, needs=_MIS)
+agg("sum_mis_k1", lambda e: e.d_mis, _ROLL, needs=_MIS, scale=-1.0)
+agg("sum_mis_k3", lambda e: e.rho_mis - e.dc_mis - 1.0, _ROLL, needs=_MIS)
+agg("sum_mis_rho_sq", lambda e: (e.rho_mis, e.rho_mis), _ROLL, needs=_MIS)
+agg("sum_mis_prob_abs", lambda e: e.p_abs, _ROLL, needs=_MIS)
+agg("max_mis_prob_abs", lambda e: e.p_abs, _ROLL, needs=_MIS)
+agg("max_mis_abs_log", lambda e: e.d_abs, _ROLL, needs=_MIS)
+agg("sum_p_old", lambda e: e.p_old, _ROLL, needs=_MIS)
+agg("sum_p_roll", lambda e: e.p_roll, _ROLL, needs=_MIS)
+agg("sum_p_old_sq", lambda e: (e.p_old, e.p_old), _ROLL, needs=_MIS)
+agg("sum_p_roll_sq", lambda e: (e.p_roll, e.p_roll), _ROLL, needs=_MIS)
+agg("sum_p_old_p_roll", lambda e: (e.p_old, e.p_roll), _ROLL, needs=_MIS)
+agg("n_tok_ent", SIZE, needs=("ent",))
+agg("sum_entropy", lambda e: e.ent, needs=("ent",))
+# retokenization: per row, the compared tokens plus the differences of a changed response length
+agg("n_tok_retok", lambda e: e.n_id_row + e.extra_row, over="seq", needs=("tid", "rid"))
+agg("n_tok_retok_mismatch", lambda e: e.n_id_diff_row + e.extra_row, over="seq", needs=("tid", "rid"))
+# turn level (_turns puts the turn ratios [K] and, for per-token turn ids, the multi-turn rows [B] in the Env)
+agg("n_turn", SIZE, over="turn", needs=("turn_ratio",))
+agg("n_turn_low", lambda e: e.turn_ratio < 1.0 - e.b.seq_eps_low, over="turn", needs=("turn_ratio",))
+agg("n_turn_high", lambda e: e.turn_ratio > 1.0 + e.b.seq_eps_high, over="turn", needs=("turn_ratio",))
+agg("min_turn_ratio", lambda e: e.turn_ratio, over="turn", needs=("turn_ratio",))
+agg("max_turn_ratio", lambda e: e.turn_ratio, over="turn", needs=("turn_ratio",))
+agg("n_seq_multiturn", lambda e: e.multi_turn, over="seq", needs=("multi_turn",))
+agg("sum_turn_entropy", lambda e: e.turn_entropy_row, lambda e: e.multi_turn, over="seq", needs=("multi_turn",))
 
 _COUNTS = {f.name for f in AGGS.values() if f.count}
+
+
+def row_agg(f: AggFormula, e: "Env") -> np.ndarray:
+    """The aggregate ``f`` per row ([B] float64, numpy) of stacked steps: per-step values reduce them by the
+    aggregate's merge kind (_segment_aggs). A row without a selected element gives 0 to a sum and NaN to an
+    extremum, which the per-step reduction (fmax / fmin) skips."""
+    lay, be = e.lay, e.be
+    if f.over == "turn":
+        raise ValueError(f"aggregate {f.name!r} runs over turns, which stacked steps do not have")
+    w = None if f.where is None else f.where(e)
+    if f.map is SIZE:  # over tokens (registration refuses SIZE over sequences: count a [B] bool instead)
+        return lay.n_row.astype(np.float64) if w is None else be.rsum(lay, w)
+    x = f.map(e)
+    if f.merge == "sum":
+        if type(x) is tuple:
+            x = np.multiply(x[0], x[1], dtype=np.float64)
+        if w is not None:
+            x = np.where(w, x, 0.0)
+        r = np.asarray(x, np.float64) if f.over == "seq" else be.rsum(lay, x)
+        return r if f.scale == 1.0 else r * f.scale
+    if w is not None:
+        x = np.where(w, x, -math.inf if f.merge == "max" else math.inf)
+    if f.over == "seq":
+        return np.asarray(x, np.float64)
+    return be.rmax(lay, x) if f.merge == "max" else be.rmin(lay, x)
 
 
 # ---------------------------------------------------------------------------------------------------- evaluation
@@ -301,8 +408,8 @@ def compute_update(inp: UpdateInputs, bands: Bands, segments: np.ndarray | None 
     """Statistics of one update (see the module doc), on numpy or on the torch tensors' device.
 
     ``segments``: the rows of ``inp`` are several steps stacked, step ``i`` starting at row ``segments[i]`` (numpy
-    input without turn ids, see ``segmentable``): ``aggs`` is then one dict per step (_segment_aggs, or one pass
-    per step in the rare batch whose finite tokens are as many as its rows); the rows are the same as per step."""
+    input without turn ids, see ``segmentable``): ``aggs`` is then one dict per step (_segment_aggs); the rows are
+    the same as per step."""
     be = backend_for(inp.logp, inp.mask)
     xp = be.xp
     mask = be.asarray(inp.mask)
@@ -348,30 +455,22 @@ def compute_update(inp: UpdateInputs, bands: Bands, segments: np.ndarray | None 
         rows, pos = rows[fin], pos[fin]
         raw = {k: (v if v is None else v[fin]) for k, v in raw.items()}
     lay = Layout(be, rows, pos, B, T, dense and not any_bad)
-    env = Env(be, bands, lay, dict(raw, adv_b=adv_b, adv_2d=adv_2d, n_bad=n_bad, n_bad_row=n_bad_row))
-    retok_row, n_extra = _retok(env, inp.retok_extra)
-    env._v["n_extra"] = n_extra
+    retok = None if inp.retok_extra is None else be.asarray(inp.retok_extra, np.int64)
+    env = Env(be, bands, lay, dict(raw, adv_b=adv_b, adv_2d=adv_2d, n_bad_row=n_bad_row, retok_extra=retok))
     env._v["any_roll"] = True if raw["lp_roll"] is None else (bool(be.count(env.have_roll)) or None)
+    if segments is not None:
+        starts = _check_segments(segments, inp, be, B)
 
     given = {k for k, v in env._v.items() if v is not None}  # the formulas whose optional inputs were given
+    seq = {f.name: f.fn(env) for f in SEQ_COLUMNS.values() if given.issuperset(f.needs)}
+    seq["retok_mismatch"] = _retok(env)
+    turn, tok_turn, seq_turn = _turns(env, inp.turn_ids, seq)
+    given.update(k for k in ("turn_ratio", "multi_turn") if env._v.get(k) is not None)
     formulas = [f for f in AGGS.values() if given.issuperset(f.needs)]
     if segments is None:
-        aggs = {f.name: f.fn(env) for f in formulas}
+        aggs = be.finish({f.name: f.scalar(env) for f in formulas}, _COUNTS)
     else:
-        if inp.turn_ids is not None or be.name != "numpy":
-            raise ValueError("segments need numpy inputs without turn ids")
-        aggs = {}
-        starts = np.asarray(segments, np.int64)
-        if starts.size == 0 or starts[0] != 0 or np.any(np.diff(starts) <= 0) or starts[-1] >= B:
-            raise ValueError(f"segments must be increasing row starts from 0 below {B}, got {starts.tolist()}")
-        if be.size(raw["lp"]) != B:
-            steps = _segment_aggs(env, formulas, starts, inp.retok_extra)
-        else:  # token arrays as long as row arrays: _RowReductions cannot tell them apart, so one pass per step
-            bounds = np.append(starts, B)
-            steps = [compute_update(_rows_of(inp, lo, hi), bands).aggs for lo, hi in zip(bounds[:-1], bounds[1:])]
-    seq = {f.name: f.fn(env) for f in SEQ_COLUMNS.values() if given.issuperset(f.needs)}
-    seq["retok_mismatch"] = retok_row
-    turn, tok_turn, seq_turn = _turns(env, inp.turn_ids, aggs, seq)
+        aggs = _segment_aggs(env, formulas, starts)
 
     tok = {"turn": tok_turn, "log_ratio": env.log_ratio, "advantage": env.adv,
            "logp": env.lp, "logp_old": env.lp_old, "logp_ref": env.lp_ref, "logp_rollout": env.lp_roll,
@@ -383,8 +482,7 @@ def compute_update(inp: UpdateInputs, bands: Bands, segments: np.ndarray | None 
     host["turn"] = seq_turn
     nonempty = be.host(lay.nonempty)
     anomalous = be.host((n_bad_row > 0) | env.nalis | env.nalis_delta)
-    return UpdateStats(env, be.finish(aggs, _COUNTS) if segments is None else steps, host, turn,
-                       be.host(env.seq_k3), nonempty, anomalous, tok)
+    return UpdateStats(env, aggs, host, turn, be.host(env.seq_k3), nonempty, anomalous, tok)
 
 
 def segmentable(mask: np.ndarray, turn_ids: Any) -> bool:
@@ -392,98 +490,36 @@ def segmentable(mask: np.ndarray, turn_ids: Any) -> bool:
     return isinstance(mask, np.ndarray) and turn_ids is None
 
 
-def _rows_of(inp: UpdateInputs, lo: int, hi: int) -> UpdateInputs:
-    """Rows ``lo:hi`` of numpy inputs; the flat rollout arrays (one entry per masked token, row-major) by the masked
-    token counts of the rows before."""
-    n = np.count_nonzero(inp.mask, axis=1)
-    a, b = int(n[:lo].sum()), int(n[:hi].sum())
-    pick = {f.name: getattr(inp, f.name) for f in dataclasses.fields(UpdateInputs)}
-    for k, v in pick.items():
-        if v is not None:
-            pick[k] = v[a:b] if k in ("rollout_flat_logp", "rollout_flat_token_ids") else v[lo:hi]
-    return UpdateInputs(**pick)
+def _check_segments(segments, inp: UpdateInputs, be: Backend, B: int) -> np.ndarray:
+    if inp.turn_ids is not None or be.name != "numpy":
+        raise ValueError("segments need numpy inputs without turn ids")
+    starts = np.asarray(segments, np.int64)
+    if starts.size == 0 or starts[0] != 0 or np.any(np.diff(starts) <= 0) or starts[-1] >= B:
+        raise ValueError(f"segments must be increasing row starts from 0 below {B}, got {starts.tolist()}")
+    return starts
 
 
-class _RowReductions:
-    """The backend's stand-in while the aggregates of several stacked steps are evaluated (_segment_aggs): each
-    scalar reduction (sum, dot, count, size, max, min) returns its per-row values [B] instead (a token array [N] is
-    reduced per row first), which _segment_aggs then reduces per step. Everything else is the backend's own."""
-
-    def __init__(self, be: Backend, lay: Layout):
-        self._be, self._lay = be, lay
-        self.extreme: dict[int, tuple[str, Any]] = {}  # id(result) -> ("max" | "min", result kept alive)
-
-    def __getattr__(self, name: str):
-        return getattr(self._be, name)
-
-    def _rows(self, x) -> np.ndarray:
-        lay = self._lay
-        return x.astype(np.float64) if x.shape[0] == lay.B else self._be.rsum(lay, x)
-
-    def size(self, x):
-        return self._lay.n_row.astype(np.float64) if x.shape[0] != self._lay.B else np.ones(self._lay.B)
-
-    def sum(self, x, where=None):
-        return self._rows(x if where is None else np.where(where, x, 0.0))
-
-    def dot(self, x, y, where=None):
-        return self.sum(np.multiply(x, y, dtype=np.float64), where)
-
-    def count(self, b):
-        return self._rows(b)
-
-    def _extreme(self, kind: str, x, where, empty: float):
-        lay = self._lay
-        if where is not None:
-            x = np.where(where, x, empty)
-        if x.shape[0] == lay.B:
-            r = x.astype(np.float64)
-        else:
-            r = self._be.rmax(lay, x) if kind == "max" else self._be.rmin(lay, x)
-        self.extreme[id(r)] = (kind, r)
-        return r
-
-    def max(self, x, where=None):
-        return self._extreme("max", x, where, -math.inf)
-
-    def min(self, x, where=None):
-        return self._extreme("min", x, where, math.inf)
-
-
-def _segment_aggs(e: Env, formulas: list[Formula], starts: np.ndarray, retok_extra) -> list[dict]:
-    """The aggregates of each stacked step (rows ``starts[i]`` to ``starts[i + 1]``): every formula is evaluated
-    once with per-row reductions (_RowReductions), then all sums and counts are reduced per step with one
+def _segment_aggs(e: Env, formulas: list[AggFormula], starts: np.ndarray) -> list[dict]:
+    """The aggregates of each stacked step (rows ``starts[i]`` to ``starts[i + 1]``): every formula once per row
+    (row_agg: its declared level and merge kind say how), then all sums and counts reduced per step with one
     ``np.add.reduceat`` and the extrema with ``fmax``/``fmin``, so a batch of small steps costs about one step's
     numpy calls. Sums equal the per-step ones up to float64 summation order; a step without a selected entry gets
     NaN for an extremum, as ``Backend.max`` gives; the mismatch aggregates are left out of a step none of whose
     tokens has a rollout log-prob, as the per-step path does (``any_roll``)."""
-    lay = e.lay
-    rows = _RowReductions(e.be, lay)
-    extra = np.zeros(lay.B) if retok_extra is None else np.where(retok_extra > 0, retok_extra, 0).astype(np.float64)
-    saved = {k: e.__dict__[k] for k in ("be", "n_bad", "n_extra") if k in e.__dict__}
-    e.be = rows
-    e.__dict__["n_bad"] = e.n_bad_row.astype(np.float64)   # per row: the scalar counts of the per-step path
-    e.__dict__["n_extra"] = extra
-    try:
-        per_row = [f.fn(e) for f in formulas]
-    finally:
-        for k in ("n_bad", "n_extra"):
-            e.__dict__.pop(k, None)
-        e.__dict__.update(saved)
-    B = lay.B
-    kinds = [rows.extreme.get(id(v), ("sum", None))[0] for v in per_row]
+    B = e.lay.B
+    per_row = [row_agg(f, e) for f in formulas]
     out = np.empty((len(formulas), starts.size))
     for kind, red in (("sum", np.add), ("max", np.fmax), ("min", np.fmin)):
-        idx = [i for i, k in enumerate(kinds) if k == kind]
+        idx = [i for i, f in enumerate(formulas) if f.merge == kind]
         if idx:
-            mat = np.stack([np.broadcast_to(np.asarray(per_row[i], np.float64), (B,)) for i in idx])
+            mat = np.stack([np.broadcast_to(per_row[i], (B,)) for i in idx])
             out[idx] = red.reduceat(mat, starts, axis=1)
-    for i, k in enumerate(kinds):
-        if k != "sum":
+    for i, f in enumerate(formulas):
+        if f.merge != "sum":
             out[i][np.isinf(out[i])] = math.nan   # nothing selected in the step
     drop = np.zeros(starts.size, bool)
     if any("any_roll" in f.needs for f in formulas):
-        drop = np.add.reduceat(rows.count(e.have_roll), starts) == 0
+        drop = np.add.reduceat(e.be.rsum(e.lay, e.have_roll), starts) == 0
     res = []
     for j in range(starts.size):
         col = out[:, j].tolist()
@@ -492,24 +528,22 @@ def _segment_aggs(e: Env, formulas: list[Formula], starts: np.ndarray, retok_ext
     return res
 
 
-def _retok(e: Env, retok_extra) -> tuple[Any, int]:
-    """Per-row count of id mismatches (-1: not compared) and the count from responses of different length."""
+def _retok(e: Env):
+    """Per-row count of id mismatches, those of a response of different length included (-1: not compared)."""
     be, xp = e.be, e.xp
     if e.tid is None or e.rid is None:
-        return be.full(e.lay.B, -1, np.int64), 0
-    compared = e.rsum(e.have_id) > 0
-    row = xp.where(compared, be.int64(e.rsum(e.id_diff)), -1)
-    n_extra = 0
-    if retok_extra is not None:
-        ext = be.asarray(retok_extra, np.int64)
+        return be.full(e.lay.B, -1, np.int64)
+    row = xp.where(e.n_id_row > 0, be.int64(e.n_id_diff_row), -1)
+    if e.retok_extra is not None:
+        ext = e.retok_extra
         row = xp.where(ext >= 0, xp.clip(row, 0, None) + ext, row)
-        n_extra = int(retok_extra[retok_extra > 0].sum())
-    return row, n_extra
+    return row
 
 
-def _turns(e: Env, turn_ids, aggs: dict, seq: dict):
+def _turns(e: Env, turn_ids, seq: dict):
     """Turns table (per-sample turn ids [B]: each sample is one turn; per-token [B, T]: (row, turn) segments),
-    per-token turn ids, per-sample turn id, and the turn aggregates/H_turn (AT2PO) added to ``aggs``/``seq``."""
+    per-token turn ids, per-sample turn id, and H_turn (AT2PO) added to ``seq``; the turn ratios (``turn_ratio``)
+    and the multi-turn rows (``multi_turn``, ``turn_entropy_row``) go to the Env for the turn aggregates."""
     be, xp, lay = e.be, e.xp, e.lay
     B = lay.B
     n_turns = xp.where(lay.nonempty, 1, 0)
@@ -555,16 +589,12 @@ def _turns(e: Env, turn_ids, aggs: dict, seq: dict):
         h = be.bincount(t_row, -p * xp.log(xp.clip(p, 1e-300, None)), B)
         multi = n_turns > 1
         turn_entropy = xp.where(multi, h / xp.log(xp.clip(be.f64(n_turns), 2, None)), 0.0)
-        aggs.update(be.finish({"n_seq_multiturn": be.count(multi), "sum_turn_entropy": be.sum(turn_entropy, multi)},
-                              {"n_seq_multiturn"}))
+        e._v.update(multi_turn=multi, turn_entropy_row=turn_entropy)
         seq_turn = np.full(B, -1, np.int16)
     if turn is not None:
         tr = xp.exp(turn["turn_log_ratio"])
         turn["turn_ratio"] = tr
-        slo, shi = 1.0 - e.b.seq_eps_low, 1.0 + e.b.seq_eps_high
-        aggs.update(be.finish({"n_turn": be.size(tr), "n_turn_low": be.count(tr < slo),
-                               "n_turn_high": be.count(tr > shi), "min_turn_ratio": be.min(tr),
-                               "max_turn_ratio": be.max(tr)}, {"n_turn", "n_turn_low", "n_turn_high"}))
+        e._v["turn_ratio"] = tr
         turn = {k: be.host(v) for k, v in turn.items()}
         turn["turn"] = turn["turn"].astype(np.int16)
         turn["n_tokens"] = turn["n_tokens"].astype(np.int32)

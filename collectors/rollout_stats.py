@@ -13,6 +13,12 @@ from typing import Any, NamedTuple
 import numpy as np
 
 
+# the stored step aggregates (schema.STEP_AGGS) these statistics produce (collector.check_aggregates)
+ROLLOUT_AGGS = ("n_roll", "n_roll_reward", "sum_reward", "sum_reward_sq", "n_format_known", "n_format_valid",
+                "n_trunc_known", "n_truncated", "n_resp_len", "sum_resp_len", "max_resp_len", "min_resp_len", "n_traj",
+                "n_traj_success", "n_groups", "n_groups_zero_std", "sum_group_reward_std")
+
+
 class RolloutCall(NamedTuple):
     step: int
     sid: np.ndarray                 # [B] sample ids

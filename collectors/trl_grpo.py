@@ -13,7 +13,7 @@ TRL computes everything arldiag needs inside two methods of ``GRPOTrainer``:
 The mixin overrides those methods, calls TRL's own implementation and hands copies of the tensors to a
 ``Collector`` (``record_rollout`` / ``record_update``); ``on_log`` records TRL's logged scalars with
 ``record_step``. TRL's behaviour is unchanged: the loss is TRL's, and every recording goes through
-``Collector._guard`` (a failure warns once, training continues).
+the collector's ``Guard`` (``collector.guard``: a failure warns once, training continues).
 
 Step numbers are TRL's ``global_step`` as it logs them: work done while ``state.global_step == s`` belongs to step
 ``s + 1``, the step whose metrics TRL logs after that optimizer step. Each sample gets an id that travels with the
@@ -78,7 +78,7 @@ class ArldiagGRPOMixin:
         # ids unique over the run: generation call in the high 32 bits, index in the global batch below
         sid = (call << 32) + glob
         out[SAMPLE_ID_KEY] = sid.to(out["completion_ids"].device)
-        col._guard("trl rollout", self._arldiag_record_rollout, out, sid, glob, call)
+        col.guard.run("trl rollout", self._arldiag_record_rollout, out, sid, glob, call)
         return out
 
     def _arldiag_record_rollout(self, out, sid, glob, call) -> None:
@@ -114,7 +114,7 @@ class ArldiagGRPOMixin:
         finally:
             captured, self._arldiag_capture = self._arldiag_capture, None
         if captured:
-            col._guard("trl update", self._arldiag_record_update, inputs, captured[0])
+            col.guard.run("trl update", self._arldiag_record_update, inputs, captured[0])
         return loss
 
     def _arldiag_record_update(self, inputs, captured) -> None:
@@ -151,7 +151,7 @@ class ArldiagGRPOMixin:
             col.settle()  # this step's result now, not after a batch (Collector batch_s)
         res = getattr(col.monitor, "last_result", None) if stab is not None else None
         if res is not None and res.step == int(self.state.global_step):
-            col._guard("auto-stabilize", stab.on_result, res)
+            col.guard.run("auto-stabilize", stab.on_result, res)
         if col.should_stop:
             self.control.should_training_stop = True
 

@@ -143,7 +143,7 @@ class VerlLossRecorder:
         extra = _caller_tensors(response_mask.shape)
         col = self._open(kwargs.get("config"), inner)
         if col is not None:
-            col._guard("verl loss", self._record, col, old_log_prob, log_prob, advantages, response_mask,
+            col.guard.run("verl loss", self._record, col, old_log_prob, log_prob, advantages, response_mask,
                        pg_metrics, extra)
         return pg_loss, pg_metrics
 
@@ -174,7 +174,7 @@ class VerlLossRecorder:
         self.collector.record_step(self.step, {k: v for k, v in metrics.items() if v is not None})
         res = getattr(getattr(self.collector, "monitor", None), "last_result", None)
         if self.stabilizer is not None and res is not None and res.step == self.step:
-            self.collector._guard("auto-stabilize", self.stabilizer.on_result, res)
+            self.collector.guard.run("auto-stabilize", self.stabilizer.on_result, res)
 
     def close(self) -> None:
         with self._lock:

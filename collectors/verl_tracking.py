@@ -29,8 +29,9 @@ import functools
 import numbers
 import os
 import threading
-import warnings
 from typing import Any, Mapping
+
+from arldiag.collectors.guard import Guard
 
 RUN_ENV = "ARLDIAG_RUN"
 OFF_ENV = "ARLDIAG_VERL_TRACKING"  # "0" (or "off", "false"): do not record verl's driver scalars
@@ -77,20 +78,14 @@ class DriverRecorder:
         self._open_dir: str | None = None
         self._last_step: int | None = None
         self._lock = threading.RLock()
-        self._warned: set[str] = set()
+        self._guard = Guard()  # warns once per place; the driver's recording never stops training
         self._failed_dirs: set[str] = set()
         self._gen = 0  # one per opened collector: a Tracking object carries the one it logged to (_MARK)
         self._atexit = False
 
     # ------------------------------------------------------------------ warnings
     def warn_once(self, key: str, msg: str) -> None:
-        if key in self._warned:
-            return
-        self._warned.add(key)
-        warnings.warn(msg, RuntimeWarning, stacklevel=3)
-        import logging
-
-        logging.getLogger("arldiag").warning(msg)
+        self._guard.warn_once(key, msg, stacklevel=4)
 
     # ------------------------------------------------------------------ the collector
     def target(self) -> str | None:

@@ -21,10 +21,11 @@ from dash.exceptions import PreventUpdate
 from arldiag.dashboards.security import resolve_run
 from arldiag.dashboards.source import RunSource, run_signature
 from arldiag.fleet import COLUMNS, ERROR, NUMERIC, cell_text, empty_row, run_row
+from arldiag.levels import LEVELS, rank
 
 PENDING = "computing…"  # the verdict cell of a row not computed yet
 # sort order of the categorical columns: by severity, not alphabetically
-RANKS = {"state": {"ok": 0, "watch": 1, "warning": 2, "critical": 3},
+RANKS = {"state": {s: rank(s) for s in LEVELS},
          "verdict": {"not enough history": 0, "healthy": 1, "at risk": 2, "declined": 3, "collapsed": 4,
                      "error": 5}}
 # cell backgrounds by state / verdict: light tints (no saturated red: the overview's collapse line is the page's red)

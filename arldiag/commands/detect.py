@@ -4,7 +4,8 @@ Exit code 1 when --fail-on is given and a fired finding reaches that severity (f
 """
 from __future__ import annotations
 
-from arldiag.findings import SEVERITIES, order_findings, severity_rank
+from arldiag.findings import order_findings, severity_rank
+from arldiag.levels import ALERTING, SEVERITIES
 
 
 def add_arguments(p) -> None:
@@ -50,8 +51,8 @@ def _paint(severity: str, text: str) -> str:
 
 def _state_line(tl) -> str:
     parts = []
-    for i, st in enumerate(("watch", "warning", "critical")):
-        hit = tl[tl["state"].isin(("watch", "warning", "critical")[i:])]
+    for i, st in enumerate(ALERTING):
+        hit = tl[tl["state"].isin(ALERTING[i:])]
         if len(hit):
             parts.append(f"first {st} or above at step {int(hit['step'].iloc[0])}")
     last = tl["state"].iloc[-1] if len(tl) else "ok"

@@ -19,6 +19,7 @@ import math
 import sys
 
 from arldiag.detectors.scoring import ScoreConfig, episodes, score_run, summarize  # noqa: F401 (episodes: API)
+from arldiag.levels import ALERTING
 
 SPLITS = ("dev", "heldout")
 
@@ -120,7 +121,7 @@ def score_evaluation(name: str, timeline, collapse, dips, faults: dict, tracks, 
     watch_from = None
     if first is not None:
         # the state left "ok" at the start of the elevated stretch that contains that warning
-        watch_from = next(a for a, b in episodes(steps, states, ("watch", "warning", "critical"))
+        watch_from = next(a for a, b in episodes(steps, states, ALERTING)
                           if a <= first and (b is None or b > first))
     r.update({"run": name, "collapsed": collapse is not None, "first_warning_step": first,
               "first_warning_detector": tops.get(first) if first is not None else None,

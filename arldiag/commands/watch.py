@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 import time
 
+from arldiag.levels import SEVERITIES
 from arldiag.store.location import join
 
 STATE_FILE = ".arldiag-watch.json"
@@ -26,7 +27,7 @@ def add_arguments(p) -> None:
     p.add_argument("--no-store", action="store_true",
                    help="read-only: write neither alerts into the run's alerts table nor the resume state file")
     p.add_argument("--webhook", default=None, help="POST alerts (warning and above) as JSON to this URL")
-    p.add_argument("--min-severity", default="watch", choices=["info", "watch", "warning", "critical"],
+    p.add_argument("--min-severity", default="watch", choices=list(SEVERITIES),
                    help="lowest severity printed on the console")
     p.add_argument("--restart", action="store_true", help="ignore the saved position and evaluate from step 0")
     p.add_argument("--wait", action="store_true",

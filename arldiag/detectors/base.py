@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from arldiag.levels import LEVELS  # index = level: a rule returns level 1..3 when it fires (re-exported)
+
 if TYPE_CHECKING:  # pragma: no cover
     from arldiag.detectors.window import Window
 
-LEVELS = ("ok", "watch", "warning", "critical")  # index = level; a rule returns level 1..3 when it fires
 # Parameters that are windows in optimizer steps -> the fewest logged points each may shrink to when a run logs
 # every few steps (Detector.at_interval): a TRL run logged every 5 steps reads a 10-step baseline from 3 points.
 WINDOW_PARAMS = {"smooth": 2, "baseline_steps": 3, "trend_steps": 3, "warmup": 2, "min_history": 3, "lag": 1,

@@ -9,12 +9,13 @@ from typing import Any, Collection, Sequence
 import pandas as pd
 
 from arldiag.findings import Finding, severity_rank
+from arldiag.levels import LEVELS
 
 COLLAPSED, AT_RISK, HEALTHY, TOO_SHORT = "collapsed", "at risk", "healthy", "not enough history"
 # a run that never reached the collapse label's peak, then fell under half of its own best
 # (detectors.label.run_decline)
 DECLINED = "declined"
-STATES = ("ok", "watch", "warning", "critical")
+STATES = LEVELS
 # Detectors whose signal *is* the collapse label (success / reward / valid-format ratio, the lagging signals):
 # they make a run collapsed or at risk but are not precursors of the collapse.
 LAGGING_KEYWORDS = ("success", "reward", "format")

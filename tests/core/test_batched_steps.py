@@ -74,8 +74,9 @@ def test_segment_aggregates_equal_one_pass_per_step():
 
 
 def test_segments_with_as_many_finite_tokens_as_rows():
-    """Four rows, five masked tokens, one of them NaN: four finite tokens, as many as rows. Per-row reductions cannot
-    tell token arrays from row arrays then; each step still gets its own pass's aggregates (rollout ids too)."""
+    """Four rows, five masked tokens, one of them NaN: four finite tokens, as many as rows. Token arrays and row
+    arrays have the same length then; each aggregate declares its level (stats.agg ``over``), so each step still gets
+    its own pass's aggregates (rollout ids too)."""
     bands = Bands(0.2, 0.28, 0.2, 0.28, 3.0, 0.223)
     mask = np.array([[1, 1], [1, 0], [1, 0], [1, 0]], bool)
     lp = np.array([[-1.0, np.nan], [-2.0, 0], [-0.5, 0], [-1.5, 0]], np.float32)
@@ -112,11 +113,11 @@ def _record(root, batch_s, steps=7):
 
 
 def test_batched_steps_store_what_the_per_step_path_stores(tmp_path, monkeypatch):
-    from arldiag.collectors import collector as collector_mod
+    from arldiag.collectors import steps as steps_mod
 
     passes = []
-    real = collector_mod.compute_update
-    monkeypatch.setattr(collector_mod, "compute_update",
+    real = steps_mod.compute_update
+    monkeypatch.setattr(steps_mod, "compute_update",
                         lambda inp, bands, segments=None: passes.append(segments) or real(inp, bands, segments))
     ref_metrics = _record(tmp_path / "ref", 0.0)
     assert len(passes) == 7 and all(p is None for p in passes)
@@ -142,9 +143,9 @@ def test_batched_steps_store_what_the_per_step_path_stores(tmp_path, monkeypatch
 
 
 def test_batch_waits_at_most_batch_steps_and_settle_computes_now(tmp_path, monkeypatch):
-    from arldiag.collectors import collector as collector_mod
+    from arldiag.collectors import steps as steps_mod
 
-    monkeypatch.setattr(collector_mod, "BATCH_STEPS", 3)
+    monkeypatch.setattr(steps_mod, "BATCH_STEPS", 3)
     rng = np.random.default_rng(1)
     col = arldiag.Collector(tmp_path / "r", strict=True, batch_s=100.0)
     for s in range(4):
@@ -183,16 +184,16 @@ def test_a_waiting_step_keeps_what_the_trainer_handed_over(tmp_path):
 def test_a_failing_batched_pass_keeps_the_steps_and_training_goes_on(tmp_path, monkeypatch):
     """Our own failure in the batched statistics warns once; the steps' rows (rollout side, trainer metrics) are
     still written and later steps are recorded as usual."""
-    from arldiag.collectors import collector as collector_mod
+    from arldiag.collectors import steps as steps_mod
 
-    real = collector_mod.compute_update
+    real = steps_mod.compute_update
 
     def broken(inp, bands, segments=None):
         if segments is not None:
             raise RuntimeError("boom")
         return real(inp, bands, segments)
 
-    monkeypatch.setattr(collector_mod, "compute_update", broken)
+    monkeypatch.setattr(steps_mod, "compute_update", broken)
     rng = np.random.default_rng(3)
     col = arldiag.Collector(tmp_path / "r", batch_s=100.0)
     with pytest.warns(RuntimeWarning, match="record_update failed \\(RuntimeError: boom\\); training continues"):
@@ -213,9 +214,9 @@ def test_a_failing_batched_pass_keeps_the_steps_and_training_goes_on(tmp_path, m
 
 
 def test_one_waiting_step_failing_to_finish_does_not_drop_the_next(tmp_path, monkeypatch):
-    from arldiag.collectors import collector as collector_mod
+    from arldiag.collectors import steps as steps_mod
 
-    real, calls = collector_mod.derive_step_metrics, []
+    real, calls = steps_mod.derive_step_metrics, []
 
     def flaky(aggs):
         calls.append(1)
@@ -223,7 +224,7 @@ def test_one_waiting_step_failing_to_finish_does_not_drop_the_next(tmp_path, mon
             raise RuntimeError("first step")
         return real(aggs)
 
-    monkeypatch.setattr(collector_mod, "derive_step_metrics", flaky)
+    monkeypatch.setattr(steps_mod, "derive_step_metrics", flaky)
     rng = np.random.default_rng(4)
     col = arldiag.Collector(tmp_path / "r", batch_s=100.0)
     with pytest.warns(RuntimeWarning, match="record_step failed \\(RuntimeError: first step\\)"):

@@ -1,5 +1,5 @@
 """The collector holds a step's rows as numpy columns and converts them to Arrow once per publish
-(Collector._release_held, arrow_rows.concat_columns): the published rows are those of every step, in order, and a
+(RowBuffer.release_held, arrow_rows.concat_columns): the published rows are those of every step, in order, and a
 step's rows are published no later than its step row."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 import arldiag
-from arldiag.collectors import collector as collector_mod
+from arldiag.collectors import rows as rows_mod
 from arldiag.collectors.arrow_rows import concat_columns
 
 
@@ -60,14 +60,14 @@ def test_held_rows_published_with_their_steps(tmp_path):
 
 
 def test_held_rows_released_early_past_the_row_bound(tmp_path, monkeypatch):
-    monkeypatch.setattr(collector_mod, "HOLD_ROWS", 10)  # 2 x 3 sequence + 30 token rows per step: over the bound
+    monkeypatch.setattr(rows_mod, "HOLD_ROWS", 10)  # 2 x 3 sequence + 30 token rows per step: over the bound
     col = arldiag.Collector(tmp_path / "r", flush_every=100, flush_every_s=3600, token_sample_rate=1.0, strict=True)
     col.record_update(1, 0, **_update(3))
     col.record_update(1, 1, **_update(3))
     col.record_step(1)
-    assert col._held == {} and col._held_rows == 0  # handed to the writer at the end of the step, not held on
+    assert col._rows.held == {} and col._rows.held_rows == 0  # handed to the writer at the end of the step, not held on
     col.record_update(2, 0, **_update(1))
     col.record_step(2)
-    assert col._held_rows == 1 + 5  # one sequence row and its 5 token rows, under the bound: held
+    assert col._rows.held_rows == 1 + 5  # one sequence row and its 5 token rows, under the bound: held
     col.close()
     assert [len(p["step"]) for p in _rows(tmp_path / "r", "sequences")] == [7]

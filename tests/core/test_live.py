@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import arldiag
-import arldiag.collectors.collector as collector_mod
+import arldiag.collectors.rows as rows_mod
 
 
 class FakeClock:
-    """Stands in for the collector module's ``time``: monotonic() returns what the test sets (no real waiting)."""
+    """Stands in for the row buffer module's ``time``: monotonic() returns what the test sets (no real waiting)."""
 
     def __init__(self) -> None:
         self.now = 1000.0
@@ -24,7 +24,7 @@ class FakeClock:
 
 def _flushes_per_step(tmp_path, monkeypatch, seconds_per_step: float, **kw) -> list[int]:
     clock = FakeClock()
-    monkeypatch.setattr(collector_mod, "time", clock)
+    monkeypatch.setattr(rows_mod, "time", clock)
     calls = []
     with arldiag.Collector(tmp_path / "r", **kw) as col:
         real = col.writer.flush
@@ -56,7 +56,7 @@ def test_flush_every_s_validated(tmp_path) -> None:
 def test_default_publishes_a_slow_run_after_its_first_step(tmp_path, monkeypatch) -> None:
     # the default (50 steps or 5 s): a run whose steps take 30 s is readable after its first step
     clock = FakeClock()
-    monkeypatch.setattr(collector_mod, "time", clock)
+    monkeypatch.setattr(rows_mod, "time", clock)
     col = arldiag.Collector(tmp_path / "r")
     clock.now += 30
     col.record_step(0, {"loss": 1.0})

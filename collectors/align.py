@@ -1,0 +1,163 @@
+"""An update aligned with its rollout: what ``record_rollout`` said about each sample of the step (RolloutCache,
+looked up by sample id) put next to the trainer's update rows (align).
+
+The rollout engine's log-probs and token ids are matched to the trainer's masked tokens sample by sample (same
+token count: same positions; different count: a retokenization, counted); the rollout's per-sample columns (group,
+reward, success, ...) become columns of the update's sequence rows, null for a sample the rollout did not mention.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from arldiag.collectors.convert import row_counts
+from arldiag.collectors.staging import stack
+from arldiag.stats import UpdateInputs
+
+
+class RolloutCache:
+    """What record_rollout said about each sample of the current step, looked up by sample id at update time."""
+
+    def __init__(self) -> None:
+        self.ids = np.empty(0, np.int64)      # sorted sample ids
+        self.cols: dict[str, np.ndarray] = {}  # per-sample columns aligned with ids
+        self.flat_logp = np.empty(0, np.float32)   # masked rollout log-probs, concatenated per sample
+        self.flat_tok = np.empty(0, np.int64)      # masked rollout token ids (-1 unknown)
+        self.offsets = np.empty(0, np.int64)
+        self.lengths = np.empty(0, np.int64)
+        self.texts: list | None = None
+
+    def add(self, ids, cols, flat_logp, flat_tok, lengths, texts) -> None:
+        if self.ids.size == 0 and not self.cols and self.texts is None:  # the step's first rollout (the usual case)
+            self._first(ids, cols, flat_logp, flat_tok, lengths, texts)
+            return
+        order_new = np.argsort(ids, kind="stable")
+        base = self.flat_logp.size
+        offs = base + np.concatenate(([0], np.cumsum(lengths)[:-1])) if lengths.size else np.empty(0, np.int64)
+        all_ids = np.concatenate([self.ids, ids[order_new]])
+        order = np.argsort(all_ids, kind="stable")
+        self.ids = all_ids[order]
+        for k, v in cols.items():
+            old = self.cols.get(k)
+            if old is None:
+                old = np.full(all_ids.size - ids.size, _missing(v.dtype), v.dtype)
+            self.cols[k] = np.concatenate([old, v[order_new]])[order]
+        for k in list(self.cols):
+            if k not in cols:
+                self.cols[k] = np.concatenate([self.cols[k], np.full(ids.size, _missing(self.cols[k].dtype),
+                                                                     self.cols[k].dtype)])[order]
+        self.flat_logp = np.concatenate([self.flat_logp, flat_logp])
+        self.flat_tok = np.concatenate([self.flat_tok, flat_tok])
+        self.offsets = np.concatenate([self.offsets, offs[order_new]])[order]
+        self.lengths = np.concatenate([self.lengths, lengths[order_new]])[order]
+        if texts is not None or self.texts is not None:
+            old_t = self.texts if self.texts is not None else [None] * (all_ids.size - ids.size)
+            new_t = [texts[i] for i in order_new] if texts is not None else [None] * ids.size
+            merged = old_t + new_t
+            self.texts = [merged[i] for i in order]
+
+    def _first(self, ids, cols, flat_logp, flat_tok, lengths, texts) -> None:
+        order = np.argsort(ids, kind="stable")
+        self.ids = ids[order]
+        self.cols = {k: v[order] for k, v in cols.items()}
+        self.flat_logp, self.flat_tok = flat_logp, flat_tok
+        offs = np.zeros(lengths.size, np.int64)
+        np.cumsum(lengths[:-1], out=offs[1:])
+        self.offsets, self.lengths = offs[order], lengths[order]
+        if texts is not None:
+            self.texts = [texts[i] for i in order]
+
+    def lookup(self, sample_ids: np.ndarray) -> np.ndarray:
+        """Index into the cache for each id, -1 when unknown."""
+        if self.ids.size == 0:
+            return np.full(sample_ids.shape, -1, np.int64)
+        j = np.searchsorted(self.ids, sample_ids)
+        j = np.minimum(j, self.ids.size - 1)
+        return np.where(self.ids[j] == sample_ids, j, -1)
+
+
+class AlignedUpdate:
+    """One step's updates, stacked and aligned with its rollout (align): the inputs with the rollout's log-probs and
+    token ids per masked token, the sample ids, the update of each row, and the rollout's columns per row."""
+    __slots__ = ("step", "inp", "sid", "update", "sizes", "cols", "turn", "texts")
+
+    def __init__(self, step, inp, sid, update, sizes, cols, turn, texts):
+        self.step, self.inp, self.sid, self.update, self.sizes = step, inp, sid, update, sizes
+        self.cols, self.turn, self.texts = cols, turn, texts
+
+
+def _missing(dtype: np.dtype):
+    if np.issubdtype(dtype, np.floating):
+        return np.nan
+    if np.issubdtype(dtype, np.bool_):
+        return False
+    return -1
+
+
+def align(step: int, batch: list[tuple[int, UpdateInputs, np.ndarray]], rollout: RolloutCache) -> AlignedUpdate:
+    """The updates of ``batch`` ((update, inputs, sample ids) each) stacked and aligned with what the rollout
+    recorded for their samples: a new UpdateInputs with the rollout engine's log-probs and token ids per masked
+    token (and the per-turn samples' turn ids), and the rollout's per-sample columns per row. The inputs handed in
+    are not changed (they may be the trainer's own, or a staged copy shared with another pass)."""
+    sizes = [b[1].mask.shape[0] for b in batch]
+    inp = stack([b[1] for b in batch])
+    sid = batch[0][2] if len(batch) == 1 else np.concatenate([b[2] for b in batch])
+    update = batch[0][0] if len(batch) == 1 else np.repeat(np.array([b[0] for b in batch], np.int32), sizes)
+    j = rollout.lookup(sid)
+    known = j >= 0
+    aligned = _rollout_tokens(inp, j, known, rollout)
+    if inp.turn_ids is None and "turn" in rollout.cols and known.all():
+        aligned["turn_ids"] = rollout.cols["turn"][j]  # per-turn samples: the rollout said which turn each is
+    if aligned:
+        inp = dataclasses.replace(inp, **aligned)
+    turn = None
+    if "turn" in rollout.cols:
+        turn = np.where(known, rollout.cols["turn"][np.maximum(j, 0)], -1).astype(np.int16)
+    texts = None if rollout.texts is None else [rollout.texts[i] if i >= 0 else None for i in j.tolist()]
+    return AlignedUpdate(step, inp, sid, update, sizes, _rollout_columns(j, known, rollout), turn, texts)
+
+
+def _rollout_tokens(inp: UpdateInputs, j: np.ndarray, known: np.ndarray, rollout: RolloutCache) -> dict[str, Any]:
+    """The rollout engine's log-probs / token ids per masked token of ``inp`` (same token count per sample: same
+    positions; NaN / -1 elsewhere) and the id differences of samples whose count differs (``retok_extra``)."""
+    out: dict[str, Any] = {}
+    if not known.any() or (inp.logp_rollout is not None and inp.token_ids is None):
+        return out
+    B = inp.mask.shape[0]
+    n_u = row_counts(inp.mask)  # masked tokens are row-major, so [B] counts give each token's row
+    n_r = np.where(known, rollout.lengths[np.maximum(j, 0)], -1)
+    same = known & (n_u == n_r)
+    rows = np.repeat(np.arange(B), n_u)
+    k = np.arange(rows.size) - np.concatenate(([0], np.cumsum(n_u)[:-1]))[rows]
+    src = rollout.offsets[np.maximum(j, 0)][rows] + k
+    ok = same[rows]
+    if inp.logp_rollout is None and not np.all(np.isnan(rollout.flat_logp)):
+        out["rollout_flat_logp"] = np.where(ok, rollout.flat_logp[np.where(ok, src, 0)], np.nan) \
+            if rows.size else np.empty(0, np.float32)
+    if inp.token_ids is not None and np.any(rollout.flat_tok >= 0):
+        out["rollout_flat_token_ids"] = np.where(ok, rollout.flat_tok[np.where(ok, src, 0)], -1) \
+            if rows.size else np.empty(0, np.int64)
+        # samples whose lengths differ: a retokenization changed the token count (count the difference)
+        out["retok_extra"] = np.where(known & ~same, np.abs(n_u - n_r), -1)
+    return out
+
+
+def _rollout_columns(j: np.ndarray, known: np.ndarray, rollout: RolloutCache) -> dict[str, Any]:
+    """The rollout's columns of each row (null / NaN / -1 for a sample the rollout did not mention)."""
+    cols: dict[str, Any] = {}
+    for name in ("group_id", "trajectory_id", "reward", "format_valid", "truncated", "success",
+                 "response_length"):
+        src_col = rollout.cols.get(name)
+        if src_col is not None:
+            v = src_col[np.maximum(j, 0)]
+            if np.issubdtype(v.dtype, np.floating):
+                cols[name] = np.where(known, v, np.nan)
+            elif name in ("group_id", "trajectory_id"):
+                cols[name] = np.where(known, v, -1)
+            elif known.all():
+                cols[name] = v
+            else:  # unknown sample: null, not a made-up value
+                cols[name] = np.ma.array(v, mask=~known)
+    return cols
