@@ -25,50 +25,6 @@ ENV_PREFIX = "ARLDIAG_"
 CONFIG_ENV = "ARLDIAG_CONFIG"
 DEFAULT_FILE = "arldiag.toml"
 
-# What each detector parameter means (the numbers themselves are read from the detector registry).
-PARAM_MEANINGS = {
-    "conv_success": "entropy_collapse stays quiet while the outcome is at least this (a converged run)",
-    "conv_keep": "... and within this share of its peak",
-    "improve_keep": "the outcome counts as climbing while within this share of its peak ...",
-    "improve_rise": "... and it rose by at least this over the last 20 steps",
-    "improve_z": "... and by at least this many standard deviations of that rise's noise, to a new peak",
-    "healthy_keep": "length_growth: the length part stays at watch while the outcome is within this share of its peak",
-    "learning_drop": "kl_ref_drift: alert levels dropped (below critical) while the outcome improves (KL growth while learning)",
-    "abs_levels": "absolute values of the metric for watch / warning / critical",
-    "ratio_levels": "ratios to the metric's baseline for watch / warning / critical",
-    "frac_levels": "fractions for watch / warning / critical",
-    "levels": "values for watch / warning / critical",
-    "isolated_levels": "isolated-token measure for watch / warning / critical",
-    "trunc_levels": "truncated-response fractions for watch / warning / critical",
-    "baseline_steps": "steps in the rolling baseline",
-    "min_history": "steps of history needed before the rule can fire",
-    "floor": "lower bound of the baseline (avoids huge ratios over a near-zero baseline)",
-    "min_value": "the metric must be at least this large to fire on a ratio",
-    "min_growth": "the metric must have grown by this factor over its baseline",
-    "min_rise": "rise over the early level needed to fire",
-    "trunc_min_rise": "rise of the truncated fraction needed to fire",
-    "smooth": "steps averaged before comparing (smoothing)",
-    "lag": "compare with the level this many steps earlier",
-    "trend_steps": "steps over which the trend is measured",
-    "warmup": "first steps ignored (the run is still settling)",
-    "early_frac": "fraction of the early level the metric must fall below",
-    "cov_steps": "steps of covariance history considered",
-    "cov_pos_share": "share of those steps with positive Cov(logp, A) needed",
-    "kl_share_min": "minimum share of the KL carried by the flagged sequences",
-    "kl_share_ratio": "KL share relative to their share of sequences",
-    "min_kl": "minimum KL for concentration to matter",
-    "min_ratio": "minimum concentration ratio",
-    "min_peak": "the metric must have peaked at least this high before a collapse counts",
-    "critical_token_frac": "fraction of non-finite tokens that is critical",
-    "bulk_k3_max": "maximum bulk k3 mismatch for an isolated drift to count",
-    "peak_points": "score_collapse: logged points averaged for the running peak",
-    "confirm": "score_collapse: logged points averaged for the current score",
-    "min_points": "score_collapse: logged points of the score needed before the rule can fire",
-    "noise_points": "score_collapse: logged points the score's noise is measured over",
-    "noise_z": "score_collapse: the fall must exceed this many noise standard deviations",
-    "last_slack": "score_collapse: the last point may sit this far above the fraction",
-    "trunc_max": "length_shrink: quiet when the early share of truncated responses was above this",
-}
 RISK_MEANINGS = {
     "level_scores": "score of a detector at level ok / watch / warning / critical (combined by noisy-OR)",
     "enter": "risk needed to enter the watch / warning / critical state",
@@ -195,7 +151,7 @@ def render_default_file() -> str:
     section("stabilize", d["stabilize"], STABILIZE_KEYS, ["arldiag train --auto-stabilize: the policy's bounds."])
     for name, vals in d["detectors"].items():
         det = REGISTRY[name]
-        section(f"detectors.{name}", vals, {"enabled": "run this detector", **PARAM_MEANINGS},
+        section(f"detectors.{name}", vals, {"enabled": "run this detector", **{k: det.param_doc(k) for k in det.params}},
                 [f"{det.title}: {det.explanation}"[:300]])
     for ch, vals in d["alerts"].items():
         section(f"alerts.{ch}", vals, CHANNEL_KEYS[ch])

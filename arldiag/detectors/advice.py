@@ -1,8 +1,9 @@
 """Recommendations that fit the run's configuration: no advice to add what the run already has.
 
-Each detector's advice is a list of remedies; a remedy may name a *setting test* on the run's config (run.json
-``config`` plus its top-level ``algorithm``). When the test says the run already has it ("max_grad_norm is set"),
-that remedy is replaced by what can still be done with it (e.g. "lower max_grad_norm (now 1.0)") or left out.
+Each detector declares its advice as a tuple of remedies (``Detector.remedies``); a remedy may name a *setting test*
+on the run's config (run.json ``config`` plus its top-level ``algorithm``). When the test says the run already has
+it ("max_grad_norm is set"), that remedy is replaced by what can still be done with it (e.g. "lower max_grad_norm
+(now 1.0)") or left out.
 The detector's own ``recommendation`` text (docs/detectors.md) stays the generic advice for an unknown config.
 
 Standard library only: the online Monitor uses it inside the training process.
@@ -86,66 +87,8 @@ class Remedy:
     instead: str | None = None                           # what to say then ({has} = the phrase); None: leave out
 
 
-def _r(text, has=None, instead=None) -> Remedy:
-    return Remedy(text, has, instead)
-
-
-LOWER_LR = _r("lower the learning rate")
-REMEDIES: dict[str, tuple[Remedy, ...]] = {
-    "neg_adv_low_is": (
-        _r("mask negative-advantage low-IS sequences (SAMPO / DeepSeek-V3.2 off-policy mask, delta 0.05-0.223)",
-           nalis_mask, "tighten the negative-advantage low-IS mask ({has}: a smaller delta masks more)"),
-        _r("switch to sequence-level clipping (GSPO)", seq_clip, None),
-        _r("use fewer mini-batches per step (less off-policy)")),
-    "clip_pressure": (LOWER_LR, _r("use fewer mini-batches per step"),
-                      _r("use sequence-level clipping (GSPO)", seq_clip, None),
-                      _r("mask negative-advantage low-IS sequences", nalis_mask, None)),
-    "ppo_kl_spike": (_r("inspect the top-KL sequences"), LOWER_LR,
-                     _r("add gradient clipping", grad_clip, "lower the gradient-norm clip ({has})"),
-                     _r("mask negative-advantage low-IS sequences", nalis_mask,
-                        "tighten the negative-advantage low-IS mask ({has})")),
-    "kl_ref_drift": (_r("add a k3 KL loss to the reference (e.g. 0.01)", kl_loss, "raise the KL coefficient ({has})"),
-                     LOWER_LR, _r("check for reward hacking in the sequences with the highest kl_ref_k3")),
-    "kl_concentration": (_r("read the top-KL sequences"),
-                         _r("mask or clip them at sequence level (GSPO, off-policy mask)", seq_clip,
-                            "mask them (off-policy mask): {has} alone does not stop them")),
-    "entropy_collapse": (_r("use Clip-Cov / KL-Cov on the top-covariance tokens"),
-                         _r("raise eps_high (clip-higher, DAPO 0.28)", clip_higher, None),
-                         _r("add an entropy bonus"), _r("check the advantage normalisation")),
-    "entropy_blowup": (LOWER_LR, _r("check for non-finite gradients and negative-advantage low-IS sequences"),
-                       _r("add gradient clipping", grad_clip, "lower the gradient-norm clip ({has})")),
-    "grad_norm_spike": (LOWER_LR, _r("add gradient clipping", grad_clip, "lower the gradient-norm clip ({has})"),
-                        _r("look at the step's top-KL and negative-advantage low-IS sequences")),
-    "nonfinite": (_r("clamp log-ratios before exp (+-20)"),
-                  _r("check the reward and advantage normalisation (std + eps)"),
-                  _r("look at the sequences listed in the evidence")),
-    "format_collapse": (_r("check the response texts of the latest step"),
-                        _r("add a format penalty for unparseable actions", format_penalty,
-                           "keep the format penalty ({has})"), LOWER_LR,
-                        _r("mask negative-advantage low-IS sequences", nalis_mask, None)),
-    "zero_std_groups": (_r("use dynamic sampling (DAPO)", dynamic_filter, None),
-                        _r("use a fine-grained advantage (GiGPO)", gigpo, None),
-                        _r("use harder or easier tasks"),
-                        _r("check the success rate to tell collapse from saturation")),
-    "length_growth": (_r("use an overlong penalty (DAPO)"),
-                      _r("use token-mean loss aggregation", token_mean, None),
-                      _r("read the longest responses")),
-    "length_shrink": (_r("read the shortest responses and check the reward for a shortcut that scores without "
-                         "reasoning"), LOWER_LR,
-                      _r("keep a KL loss to the reference (verl actor_rollout_ref.actor.use_kl_loss=True, TRL beta)",
-                         kl_loss, None)),
-    "score_collapse": (_r("stop and roll back to the last checkpoint before the first warning"),
-                       _r("apply the precursors' recommendations (learning rate, clip range, length and entropy "
-                          "settings) before resuming"),),
-    "success_collapse": (_r("roll back to the last checkpoint before the first warning and apply the leading "
-                            "detectors' recommendations"),),
-    "mismatch_drift": (_r("use truncated IS (TIS, C = 2) or masked IS (IcePop, [0.5, 5])"),
-                       _r("align engine and trainer precision/kernels"),
-                       _r("check the sequences with the largest mismatch")),
-    "retok_drift": (_r("pass token ids through (token-in-token-out) instead of re-tokenizing text between turns",
-                       token_in_token_out, "the run passes token ids through ({has}), so check the chat "
-                                           "template and the turn boundaries for re-encoded text"),),
-}
+# the most common remedy, shared by several detectors' declarations
+LOWER_LR = Remedy("lower the learning rate")
 
 
 def settings_of(manifest: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -178,7 +121,10 @@ def with_actions(settings: Mapping[str, Any], outcomes: Iterable[Any]) -> dict[s
 def advise(detector: str, config: Config | None, default: str = "") -> str:
     """The detector's advice fitted to ``config``; ``default`` (its generic text) when the config is unknown or
     the detector has no remedy list."""
-    remedies = REMEDIES.get(detector)
+    from arldiag.detectors.registry import REGISTRY  # the detectors declare their remedies (and import this module)
+
+    d = REGISTRY.get(detector)
+    remedies = d.remedies if d is not None else ()
     if not remedies or not config:
         return default
     parts, already = [], []

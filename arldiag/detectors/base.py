@@ -25,6 +25,47 @@ WINDOW_PARAMS = {"smooth": 2, "baseline_steps": 3, "trend_steps": 3, "warmup": 2
                  "cov_steps": 3}
 
 
+# The four dimensions of ARLArena's stability analysis that the report groups findings under
+DIMENSIONS = ("loss_aggregation", "is_clipping", "advantage_design", "dynamic_filtering")
+
+# What a detector parameter means, for the names several detectors share (a detector documents its own
+# parameters in Detector.param_docs); arldiag.toml's comments and docs/detectors.md read them from here.
+PARAM_DOCS = {
+    "conv_success": "a converged run: the outcome is at least this ...",
+    "conv_keep": "... and within this share of its peak",
+    "improve_keep": "the outcome counts as climbing while within this share of its peak ...",
+    "improve_rise": "... and it rose by at least this over the last 20 steps",
+    "improve_z": "... and by at least this many standard deviations of that rise's noise, to a new peak",
+    "abs_levels": "absolute values of the metric for watch / warning / critical",
+    "ratio_levels": "ratios to the metric's baseline for watch / warning / critical",
+    "frac_levels": "fractions for watch / warning / critical",
+    "levels": "values for watch / warning / critical",
+    "isolated_levels": "isolated-token measure for watch / warning / critical",
+    "trunc_levels": "truncated-response fractions for watch / warning / critical",
+    "baseline_steps": "steps in the rolling baseline",
+    "min_history": "steps of history needed before the rule can fire",
+    "floor": "lower bound of the baseline (avoids huge ratios over a near-zero baseline)",
+    "min_value": "the metric must be at least this large to fire on a ratio",
+    "min_growth": "the metric must have grown by this factor over its baseline",
+    "min_rise": "rise over the early level needed to fire",
+    "trunc_min_rise": "rise of the truncated fraction needed to fire",
+    "smooth": "steps averaged before comparing (smoothing)",
+    "lag": "compare with the level this many steps earlier",
+    "trend_steps": "steps over which the trend is measured",
+    "warmup": "first steps ignored (the run is still settling)",
+    "early_frac": "fraction of the early level the metric must fall below",
+    "cov_steps": "steps of covariance history considered",
+    "cov_pos_share": "share of those steps with positive Cov(logp, A) needed",
+    "kl_share_min": "minimum share of the KL carried by the flagged sequences",
+    "kl_share_ratio": "KL share relative to their share of sequences",
+    "min_kl": "minimum KL for concentration to matter",
+    "min_ratio": "minimum concentration ratio",
+    "min_peak": "the metric must have peaked at least this high before a collapse counts",
+    "critical_token_frac": "fraction of non-finite tokens that is critical",
+    "bulk_k3_max": "maximum bulk k3 mismatch for an isolated drift to count",
+}
+
+
 @dataclass(frozen=True)
 class Signal:
     """What a rule says about the current step when it fires.
@@ -62,14 +103,31 @@ class Detector:
     evidence_sql: str | None = None  # batch-only: ordering expression over the `sequences` view for top sequences
     evidence_where: str = "true"     # batch-only filter for those sequences
     token_evidence_sql: str | None = None  # batch-only: ordering expression over the `tokens` view (top tokens)
+    # -- the rest of the declaration: docs/detectors.md's catalog is rendered from it (detectors/catalog_doc.py)
+    summary: str = ""                # one line under the catalog heading
+    rule_doc: str = ""               # the rule in words and formulas (ALGORITHMS.md notation)
+    param_docs: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # its own parameters;
+    #                                  names several detectors share are documented in PARAM_DOCS
+    remedies: tuple = ()             # advice.Remedy items: the recommendation fitted to the run's config
+    dimension: str | None = None     # the ARLArena dimension the report files it under (report/dimensions.py)
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum():
             raise ValueError(f"name must be a non-empty identifier, got {self.name!r}")
         if not self.inputs:
             raise ValueError(f"detector {self.name!r}: inputs must name at least one step column")
+        undocumented = sorted(k for k in self.params if k not in self.param_docs and k not in PARAM_DOCS)
+        if undocumented:
+            raise ValueError(f"detector {self.name!r}: document parameter(s) {undocumented} in its param_docs")
+        if self.dimension is not None and self.dimension not in DIMENSIONS:
+            raise ValueError(f"detector {self.name!r}: dimension must be one of {DIMENSIONS}, got {self.dimension!r}")
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+        object.__setattr__(self, "param_docs", MappingProxyType(dict(self.param_docs)))
         object.__setattr__(self, "columns", tuple(dict.fromkeys(tuple(self.inputs) + tuple(self.columns))))
+
+    def param_doc(self, name: str) -> str:
+        """What parameter ``name`` means: the detector's own doc, else the shared one."""
+        return self.param_docs.get(name) or PARAM_DOCS.get(name, "")
 
     def with_params(self, **overrides: Any) -> "Detector":
         """A copy with some parameters changed (unknown names are an error, so typos do not pass silently)."""

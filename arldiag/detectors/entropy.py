@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from arldiag.detectors.advice import LOWER_LR, Remedy, clip_higher, grad_clip
 from arldiag.detectors.base import Detector, Signal
 from arldiag.detectors.context import outcome_of
 from arldiag.detectors.window import early_baseline, grade_above, grade_below, move_baseline, slope, tail_mean
@@ -44,6 +45,15 @@ def entropy_collapse_rule(w, state, p) -> Signal | None:
 ENTROPY_COLLAPSE = Detector(
     name="entropy_collapse",
     title="Entropy collapse",
+    summary=("Token entropy falls to a small fraction of its early level; a sustained positive Cov(lp, A) is the early"
+             " sign (Cui et al.)."),
+    rule_doc=("f = mean_k(entropy) / base(entropy); level = grade_below(f, frac_levels). At least watch when "
+              "cov_logp_adv > 0 on >= cov_pos_share of the last cov_steps steps while the entropy slope is negative "
+              "and f <= early_frac. **Converged run**: quiet while the outcome (see \"Outcome context\") is >= "
+              "conv_success and >= conv_keep x its peak: low entropy at a high, steady success is convergence."),
+    remedies=(Remedy("use Clip-Cov / KL-Cov on the top-covariance tokens"),
+              Remedy("raise eps_high (clip-higher, DAPO 0.28)", clip_higher, None),
+              Remedy("add an entropy bonus"), Remedy("check the advantage normalisation")),
     inputs=("entropy",),
     columns=("cov_logp_adv",),
     rule=entropy_collapse_rule,
@@ -80,6 +90,13 @@ def entropy_blowup_rule(w, state, p) -> Signal | None:
 ENTROPY_BLOWUP = Detector(
     name="entropy_blowup",
     title="Entropy blow-up",
+    summary="Token entropy rises well above its early level (drift towards uniform, garbled text).",
+    rule_doc=("level = grade(mean_k(entropy) / base(entropy), ratio_levels); below critical, quiet while the outcome "
+              "climbs (within improve_keep of its peak, up by improve_rise and by improve_z noise sds of the rise over"
+              " the trend span, to a peak set within that span: exploration, as clip-higher intends), and the entropy "
+              "reached then becomes base(entropy)."),
+    remedies=(LOWER_LR, Remedy("check for non-finite gradients and negative-advantage low-IS sequences"),
+              Remedy("add gradient clipping", grad_clip, "lower the gradient-norm clip ({has})")),
     inputs=("entropy",),
     rule=entropy_blowup_rule,
     # improve_*: below critical, quiet while the outcome is within improve_keep of its peak and rose by improve_rise

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+from arldiag.detectors.advice import LOWER_LR, Remedy, grad_clip
 from arldiag.detectors.base import Detector, Signal
 from arldiag.detectors.window import grade_above, prior_median
 
@@ -29,6 +30,12 @@ def grad_norm_spike_rule(w, state, p) -> Signal | None:
 GRAD_NORM_SPIKE = Detector(
     name="grad_norm_spike",
     title="Gradient-norm spike",
+    summary="The gradient norm (user metric grad_norm from record_step) jumps above its recent median.",
+    rule_doc=("level = grade(grad_norm_t / prior_median(grad_norm), ratio_levels) with at least min_history prior "
+              "steps; the baseline skips steps with a zero gradient (no group had reward variance: no update). An "
+              "infinite grad_norm is critical."),
+    remedies=(LOWER_LR, Remedy("add gradient clipping", grad_clip, "lower the gradient-norm clip ({has})"),
+              Remedy("look at the step's top-KL and negative-advantage low-IS sequences")),
     inputs=("grad_norm",),
     rule=grad_norm_spike_rule,
     params=dict(baseline_steps=20, min_history=5, ratio_levels=(3.0, 6.0, 15.0)),
@@ -71,6 +78,14 @@ def nonfinite_rule(w, state, p) -> Signal | None:
 NONFINITE = Detector(
     name="nonfinite",
     title="Non-finite values (NaN/Inf)",
+    summary="NaN/Inf in the recorded log-probs or advantages, or in the logged loss / grad norm.",
+    rule_doc=("warning when nonfinite_tokens > 0; critical when nonfinite_tokens / (n_tokens + nonfinite_tokens) >= "
+              "critical_token_frac, or grad_norm / loss / pg_loss is Inf, or NaN after the metric had been finite "
+              "(before that NaN means 'not logged', and a step without any update, n_updates = 0, logs NaN "
+              "legitimately)."),
+    remedies=(Remedy("clamp log-ratios before exp (+-20)"),
+              Remedy("check the reward and advantage normalisation (std + eps)"),
+              Remedy("look at the sequences listed in the evidence")),
     inputs=("nonfinite_tokens", "grad_norm", "loss"),
     columns=("n_tokens", "n_updates", "pg_loss"),
     rule=nonfinite_rule,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from arldiag.detectors.advice import LOWER_LR, Remedy, grad_clip, kl_loss, nalis_mask, seq_clip
 from arldiag.detectors.base import Detector, Signal
 from arldiag.detectors.context import outcome_of
 from arldiag.detectors.window import (count_finite, early_baseline, first_available, grade_above, prior_median,
@@ -44,6 +45,14 @@ def ppo_kl_spike_rule(w, state, p) -> Signal | None:
 PPO_KL_SPIKE = Detector(
     name="ppo_kl_spike",
     title="Policy-update KL spike",
+    summary="The policy-update KL jumps above its recent level.",
+    rule_doc=("x = ppo_kl_k3 = mean_t (r - log r - 1) (fallback |ppo_kl|, verl's k1). level = max(grade(x_t / "
+              "max(prior_median(x), floor), ratio_levels) if x_t >= min_value and at least min_history prior steps, "
+              "grade(x_t, abs_levels)). The floor keeps chance ten-fold jumps of a tiny KL (small batches) quiet."),
+    remedies=(Remedy("inspect the top-KL sequences"), LOWER_LR,
+              Remedy("add gradient clipping", grad_clip, "lower the gradient-norm clip ({has})"),
+              Remedy("mask negative-advantage low-IS sequences", nalis_mask,
+                 "tighten the negative-advantage low-IS mask ({has})")),
     inputs=("ppo_kl_k3", "ppo_kl"),
     rule=ppo_kl_spike_rule,
     params=dict(baseline_steps=20, min_history=5, floor=1e-3, min_value=2e-3, ratio_levels=(5.0, 15.0, 40.0),
@@ -102,6 +111,21 @@ def kl_ref_drift_rule(w, state, p) -> Signal | None:
 KL_REF_DRIFT = Detector(
     name="kl_ref_drift",
     title="KL to the reference policy drifts up fast",
+    summary="The k3 KL to the frozen reference grows several-fold within a few steps, or passes an absolute level.",
+    rule_doc=("x = kl_ref_k3 = mean_t exp(d) - d - 1, d = lp_ref - lp. early = the lowest of the first baseline_steps "
+              "values (frozen). level = max(grade(mean_k(x), abs_levels) if mean_k(x) >= min_growth x max(early, "
+              "floor), grade(mean_k(x) / max(median of x over the lag steps before the last lag, floor), ratio_levels)"
+              " if mean_k(x) >= min_value): a KL that is high from the first step is not a drift. **Learning**: below "
+              "critical, the level drops by learning_drop while the outcome is improving (>= improve_keep x its peak, "
+              "above its early level, and risen by >= improve_rise over the last 20 steps). **Converged**: while the "
+              "outcome is >= conv_success and >= conv_keep x its peak, the absolute levels are off and only the growth"
+              " over the lag counts (a high KL at a steady high outcome is where learning took the policy; tiny TRL "
+              "runs that mastered their task sat at 0.5-1.2 nats, warning-level on every step by the level alone)."),
+    param_docs={
+        "learning_drop": "alert levels dropped (below critical) while the outcome improves (KL growth while learning)",
+    },
+    remedies=(Remedy("add a k3 KL loss to the reference (e.g. 0.01)", kl_loss, "raise the KL coefficient ({has})"),
+              LOWER_LR, Remedy("check for reward hacking in the sequences with the highest kl_ref_k3")),
     inputs=("kl_ref_k3",),
     rule=kl_ref_drift_rule,
     # improve_*/learning_drop: below critical, the level drops by learning_drop while the outcome is within
@@ -144,6 +168,13 @@ def kl_concentration_rule(w, state, p) -> Signal | None:
 KL_CONCENTRATION = Detector(
     name="kl_concentration",
     title="Policy-update KL concentrates in a few sequences",
+    summary="A few sequences carry most of the step's policy-update KL.",
+    rule_doc=("x = kl_top1pct_share (share of the step's k3 KL carried by the top 1 % of sequences). Fires when "
+              "mean_k(x) >= min_ratio * max(base(x), floor) and mean_k(ppo_kl_k3) >= min_kl (when the policy barely "
+              "moves, which few sequences carry the tiny KL is noise); level = grade(mean_k(x), abs_levels)."),
+    remedies=(Remedy("read the top-KL sequences"),
+              Remedy("mask or clip them at sequence level (GSPO, off-policy mask)", seq_clip,
+                 "mask them (off-policy mask): {has} alone does not stop them")),
     inputs=("kl_top1pct_share",),
     columns=("ppo_kl_k3",),
     rule=kl_concentration_rule,

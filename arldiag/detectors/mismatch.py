@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+from arldiag.detectors.advice import Remedy, token_in_token_out
 from arldiag.detectors.base import Detector, Signal, strongest
 from arldiag.detectors.window import (early_baseline, first_available, grade_above, growth_gated_level,
                                       tail_mean)
@@ -32,6 +33,14 @@ def mismatch_drift_rule(w, state, p) -> Signal | None:
 MISMATCH_DRIFT = Detector(
     name="mismatch_drift",
     title="Training-inference mismatch drifts",
+    summary="The training-inference mismatch (rollout engine vs trainer log-probs) grows.",
+    rule_doc=("x = mismatch_k3 = mean_t exp(d) - d - 1, d = lp_old - lp_roll (fallback mismatch_chi2 = E[rho^2] - 1). "
+              "level = max(grade(mean_k(x), abs_levels) if ratio >= min_growth, grade(ratio, ratio_levels)) with ratio"
+              " = mean_k(x) / max(base(x), floor), when mean_k(x) >= min_value (a constant offset is a known bias, not"
+              " drift). Batch evidence: the sequences and stored tokens with the largest |lp_old - lp_roll|."),
+    remedies=(Remedy("use truncated IS (TIS, C = 2) or masked IS (IcePop, [0.5, 5])"),
+              Remedy("align engine and trainer precision/kernels"),
+              Remedy("check the sequences with the largest mismatch")),
     inputs=("mismatch_k3", "mismatch_chi2"),
     columns=("mismatch_log_abs_max",),
     rule=mismatch_drift_rule,
@@ -64,6 +73,14 @@ def retok_drift_rule(w, state, p) -> Signal | None:
 RETOK_DRIFT = Detector(
     name="retok_drift",
     title="Retokenization drift",
+    summary="The trainer optimises token ids the engine never sampled (AT2PO retokenization drift).",
+    rule_doc=("level = max(grade(mean_k(retok_mismatch_frac), frac_levels), grade(mismatch_log_abs_max_t, "
+              "isolated_levels) while mismatch_k3 < bulk_k3_max): id mismatches, or an isolated token with a huge "
+              "|lp_old - lp_roll| while the bulk mismatch is small. Batch evidence: sequences with id mismatches and "
+              "the top stored tokens."),
+    remedies=(Remedy("pass token ids through (token-in-token-out) instead of re-tokenizing text between turns",
+                 token_in_token_out, "the run passes token ids through ({has}), so check the chat "
+                                     "template and the turn boundaries for re-encoded text"),),
     inputs=("retok_mismatch_frac", "mismatch_log_abs_max"),
     columns=("mismatch_k3",),
     rule=retok_drift_rule,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from arldiag.detectors.advice import LOWER_LR, Remedy, nalis_mask, seq_clip
 from arldiag.detectors.base import Detector, Signal
 from arldiag.detectors.window import (early_baseline, first_available, grade_above, growth_gated_level, slope,
                                       tail_mean, tail_median)
@@ -55,6 +56,21 @@ def neg_adv_low_is_rule(w, state, p) -> Signal | None:
 NEG_ADV_LOW_IS = Detector(
     name="neg_adv_low_is",
     title="Negative-advantage low-IS sequences accumulate",
+    summary="Sequences with a negative advantage and a low sequence IS ratio accumulate (ARLArena finding 3).",
+    rule_doc=("frac = neg_adv_low_is_frac = #{i: A_i < 0 and s_i < 1 - seq_eps_low} / #sequences, and the delta "
+              "variant neg_adv_low_is_delta_frac (s_i < exp(-delta), the mask's set; the band is empty for CISPO, "
+              "eps_low = 1): the rule below runs on both and the stronger level wins; share = neg_adv_low_is_kl_share "
+              "= their share of the step's k3 policy-update KL. With ratio = mean_k(frac) / max(base(frac), floor): "
+              "level = max(grade(mean_k(frac), frac_levels) if ratio >= min_growth, grade(ratio, ratio_levels) if the "
+              "least-squares slope of frac over trend_steps is > 0) (the absolute level needs growth because a tight "
+              "sequence band, GSPO eps 3e-3, can hold a stable run at a high constant fraction); +1 level when "
+              "mean_k(share) >= kl_share_min and >= kl_share_ratio * base(share)."),
+    remedies=(
+        Remedy("mask negative-advantage low-IS sequences (SAMPO / DeepSeek-V3.2 off-policy mask, delta 0.05-0.223)",
+               nalis_mask, "tighten the negative-advantage low-IS mask ({has}: a smaller delta masks more)"),
+        Remedy("switch to sequence-level clipping (GSPO)", seq_clip, None),
+        Remedy("use fewer mini-batches per step (less off-policy)")),
+    dimension="advantage_design",
     inputs=("neg_adv_low_is_frac", "neg_adv_low_is_delta_frac"),
     columns=("neg_adv_low_is_kl_share", "neg_adv_low_is_delta_kl_share"),
     rule=neg_adv_low_is_rule,
@@ -102,6 +118,19 @@ def clip_pressure_rule(w, state, p) -> Signal | None:
 CLIP_PRESSURE = Detector(
     name="clip_pressure",
     title="Tokens outside the clip band grow (clip pressure)",
+    summary="Tokens outside the clip band [1-eps_low, 1+eps_high] grow far above their early level.",
+    rule_doc=("x = tok_oob_frac (tokens with r_t outside the band and A != 0; fallback verl pg_clipfrac, then TRL "
+              "clip_ratio_region_mean). With ratio = median_k(x) / max(base(x), floor): level = max(grade(median_k(x),"
+              " abs_levels) if ratio >= min_growth, grade(ratio, ratio_levels)) (a tight band keeps a stable run at a "
+              "high constant level). The median, not the mean: pressure is a level that lasts (two of the last three "
+              "steps reach it); a mean stretched one step with half the tokens outside the band over three steps of "
+              "warning on tiny TRL runs that had mastered their task (one step is `ppo_kl_spike`'s business). The note"
+              " splits it by bound and advantage sign (tok_oob_low_neg_frac ...) and gives the sequence-level "
+              "seq_oob_low_neg_frac: ARLArena sees the rise mostly at the lower bound with A < 0."),
+    remedies=(LOWER_LR, Remedy("use fewer mini-batches per step"),
+              Remedy("use sequence-level clipping (GSPO)", seq_clip, None),
+              Remedy("mask negative-advantage low-IS sequences", nalis_mask, None)),
+    dimension="is_clipping",
     inputs=("tok_oob_frac", "pg_clipfrac", "clip_ratio_region_mean"),
     columns=("tok_oob_low_neg_frac", "tok_oob_low_pos_frac", "tok_oob_high_neg_frac", "tok_oob_high_pos_frac",
              "seq_oob_low_neg_frac", "seq_oob_high_pos_frac"),

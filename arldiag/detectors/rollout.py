@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 from arldiag.aliases import TASK_SCORE
+from arldiag.detectors.advice import (LOWER_LR, Remedy, dynamic_filter, format_penalty, gigpo, kl_loss, nalis_mask,
+                                      token_mean)
 from arldiag.detectors.base import Detector, Signal, strongest
 from arldiag.detectors.context import REWARD_COLUMN, outcome_of
 from arldiag.detectors.window import (count_finite, early_baseline, first_available, grade_above, grade_below,
@@ -37,6 +39,13 @@ def format_collapse_rule(w, state, p) -> Signal | None:
 FORMAT_COLLAPSE = Detector(
     name="format_collapse",
     title="Valid-format ratio collapses",
+    summary="The valid-format ratio falls well below its peak (ARLArena: it drops to ~0 at collapse).",
+    rule_doc=("level = grade_below(mean_k(format_valid_frac) / peak(format_valid_frac), frac_levels) once the peak >= "
+              "min_peak and at least warmup steps were seen (peaks are taken over full smoothing windows only)."),
+    remedies=(Remedy("check the response texts of the latest step"),
+              Remedy("add a format penalty for unparseable actions", format_penalty,
+                 "keep the format penalty ({has})"), LOWER_LR,
+              Remedy("mask negative-advantage low-IS sequences", nalis_mask, None)),
     inputs=("format_valid_frac",),
     rule=format_collapse_rule,
     params=dict(smooth=5, warmup=10, min_peak=0.3, frac_levels=(0.75, 0.5, 0.25)),
@@ -81,6 +90,18 @@ def zero_std_groups_rule(w, state, p) -> Signal | None:
 ZERO_STD_GROUPS = Detector(
     name="zero_std_groups",
     title="Groups without reward variance grow",
+    summary="More groups have identical returns for all rollouts: no GRPO signal (TRL frac_reward_zero_std).",
+    rule_doc=("x = mean_k(zero_std_group_frac); fires when x - running_min(x) >= min_rise after warmup steps; level = "
+              "grade(min(x, 1 - s), levels) with s = mean_k(success_frac, else success_rate), else the outcome "
+              "context's mean reward when it is in [0, 1] (all-zero groups z then give mean <= 1 - z, the same bound)."
+              " The rise condition keeps the all-fail cold start quiet. An all-fail group needs all its rollouts to "
+              "fail, so the all-fail share is at most 1 - s: groups that agree because every rollout succeeds are "
+              "**mastery**, not starvation."),
+    remedies=(Remedy("use dynamic sampling (DAPO)", dynamic_filter, None),
+              Remedy("use a fine-grained advantage (GiGPO)", gigpo, None),
+              Remedy("use harder or easier tasks"),
+              Remedy("check the success rate to tell collapse from saturation")),
+    dimension="dynamic_filtering",
     inputs=("zero_std_group_frac",),
     columns=("success_frac", "success_rate"),
     rule=zero_std_groups_rule,
@@ -125,6 +146,19 @@ def length_growth_rule(w, state, p) -> Signal | None:
 LENGTH_GROWTH = Detector(
     name="length_growth",
     title="Response length growth and truncation",
+    summary="Responses grow much longer than early in training, or hit the length limit more often.",
+    rule_doc=("level = max(grade(mean_k(response_length_mean) / base(response_length_mean), ratio_levels), "
+              "grade(mean_k(truncated_frac), trunc_levels) if it rose >= trunc_min_rise above the higher of its "
+              "running minimum and its early level (a run that starts at the length cap and learns to stop has not "
+              "grown when it drifts back up)); the mean-length part stays at watch while the outcome is within "
+              "healthy_keep of its peak (reasoning that grows with the reward)."),
+    param_docs={
+        "healthy_keep": "the length part stays at watch while the outcome is within this share of its peak",
+    },
+    remedies=(Remedy("use an overlong penalty (DAPO)"),
+              Remedy("use token-mean loss aggregation", token_mean, None),
+              Remedy("read the longest responses")),
+    dimension="loss_aggregation",
     inputs=("response_length_mean", "truncated_frac"),
     rule=length_growth_rule,
     # healthy_keep: the length part stays at watch while the outcome is within healthy_keep of its peak
@@ -163,6 +197,19 @@ def length_shrink_rule(w, state, p) -> Signal | None:
 LENGTH_SHRINK = Detector(
     name="length_shrink",
     title="Responses shrink",
+    summary="Responses become much shorter than early in training, while few were cut at the length limit then.",
+    rule_doc=("level = grade_below(mean_k(response_length_mean) / base(response_length_mean), frac_levels), quiet when"
+              " the early level of `truncated_frac` exceeds trunc_max (a run that starts at the cap and learns to "
+              "stop); below critical, quiet while the outcome climbs (as `entropy_blowup`: answers that get concise as"
+              " the score rises), and the length reached then becomes base(response_length_mean)."),
+    param_docs={
+        "trunc_max": "quiet when the early share of truncated responses was above this",
+    },
+    remedies=(Remedy("read the shortest responses and check the reward for a shortcut that scores without "
+                 "reasoning"), LOWER_LR,
+              Remedy("keep a KL loss to the reference (verl actor_rollout_ref.actor.use_kl_loss=True, TRL beta)",
+                 kl_loss, None)),
+    dimension="loss_aggregation",
     inputs=("response_length_mean",),
     columns=("truncated_frac",),
     rule=length_shrink_rule,
@@ -194,6 +241,13 @@ def success_collapse_rule(w, state, p) -> Signal | None:
 SUCCESS_COLLAPSE = Detector(
     name="success_collapse",
     title="Reward / success collapse",
+    summary="The lagging outcome: the success rate falls well below its peak. Also the basis of the collapse label.",
+    rule_doc=("x = success_rate (user metric; fallback success_frac). level = grade_below(mean_k(x) / peak(x), "
+              "frac_levels) once the peak >= min_peak and at least warmup steps were seen. It counts towards the risk "
+              "like any detector, so a run is at least in warning once it has collapsed; the leading detectors above "
+              "are meant to fire first."),
+    remedies=(Remedy("roll back to the last checkpoint before the first warning and apply the leading "
+                 "detectors' recommendations"),),
     inputs=SUCCESS_COLUMNS,
     rule=success_collapse_rule,
     params=dict(smooth=10, warmup=10, min_peak=0.2, frac_levels=(0.5, 0.25, 0.1)),

@@ -26,6 +26,7 @@ import math
 import numpy as np
 
 from arldiag.aliases import TASK_SCORE, bounds_of_range
+from arldiag.detectors.advice import Remedy
 from arldiag.detectors.base import Detector, Signal
 from arldiag.detectors.window import robust_noise
 
@@ -92,6 +93,25 @@ def score_collapse_rule(w, state, p) -> Signal | None:
 SCORE_COLLAPSE = Detector(
     name="score_collapse",
     title="Task score collapses",
+    summary=("The lagging outcome of a real run: its task score (any scale) falls far below its own peak, beyond its "
+             "noise."),
+    rule_doc=("bounds [0, 1] or [-1, 1] from the values seen (else the floor is 0 for a non-negative score, or the "
+              "lowest `peak_points`-point mean before now); P = running max of the `peak_points`-point mean; c = mean "
+              "of the last `confirm` points (1 for a score logged at evaluation steps only, at most every second row);"
+              " fall = (c - floor) / (P - floor); level = how many of frac_levels the fall and the last point (+ "
+              "last_slack) reach, once P - floor >= min_peak x span and P - c >= noise_z x the robust noise of the "
+              "point-to-point changes (1.4826 median |change| / sqrt 2 over noise_points). Windows in logged points."),
+    param_docs={
+        "peak_points": "logged points averaged for the running peak",
+        "confirm": "logged points averaged for the current score",
+        "min_points": "logged points of the score needed before the rule can fire",
+        "noise_points": "logged points the score's noise is measured over",
+        "noise_z": "the fall must exceed this many noise standard deviations",
+        "last_slack": "the last point may sit this far above the fraction",
+    },
+    remedies=(Remedy("stop and roll back to the last checkpoint before the first warning"),
+              Remedy("apply the precursors' recommendations (learning rate, clip range, length and entropy "
+                 "settings) before resuming"),),
     inputs=(TASK_SCORE,),
     rule=score_collapse_rule,
     # points, not steps: the rule compares logged values of the score, however often they are logged

@@ -64,10 +64,13 @@ def _mean(steps: pd.DataFrame, col: str | None) -> float | None:
     return float(y.mean()) if y.size else None
 
 
-def _related(findings: Sequence[Finding], keywords: Sequence[str]) -> list[str]:
+def _related(findings: Sequence[Finding], dimension: str) -> list[str]:
+    """The fired findings of the detectors that declare this dimension (Detector.dimension)."""
+    from arldiag.detectors.registry import REGISTRY
     from arldiag.report.recommend import evidence_line
 
-    return [evidence_line(f) for f in findings if f.fired and any(k in f.detector.lower() for k in keywords)]
+    return [evidence_line(f) for f in findings
+            if f.fired and getattr(REGISTRY.get(f.detector), "dimension", None) == dimension]
 
 
 def _fmt_setting(name: str, value: Any) -> str:
@@ -107,7 +110,7 @@ def sections(manifest: Mapping[str, Any], steps: pd.DataFrame, cols: Mapping[str
         shows.append(f"{trunc:.0%} of responses hit the length limit on average; under token-mean aggregation "
                      "their tokens dominate the loss.")
     out.append(Dimension("loss_aggregation", "Loss aggregation", did, shows,
-                       _related(findings, ("length", "trunc")), ["response_length_mean", "truncated_frac"]))
+                       _related(findings, "loss_aggregation"), ["response_length_mean", "truncated_frac"]))
 
     # 2. IS clipping -----------------------------------------------------------------------------------------------
     clip = manifest.get("clip")
@@ -129,7 +132,7 @@ def sections(manifest: Mapping[str, Any], steps: pd.DataFrame, cols: Mapping[str
         if tt > 0:
             shows.append(f"{ln / tt:.0%} of out-of-band tokens sit at the lower bound with a negative advantage "
                          "(ARLArena: this share grows before a collapse).")
-    out.append(Dimension("is_clipping", "IS clipping", did, shows, _related(findings, ("clip",)),
+    out.append(Dimension("is_clipping", "IS clipping", did, shows, _related(findings, "is_clipping"),
                        ["pg_clipfrac", "clip_low_neg", "clip_high_pos", "seq_low_neg"]))
 
     # 3. advantage design ------------------------------------------------------------------------------------------
@@ -155,7 +158,7 @@ def sections(manifest: Mapping[str, Any], steps: pd.DataFrame, cols: Mapping[str
         shows.append("Cov(logp, A) is positive on average: confident tokens get positive advantages, which "
                      "drives entropy down (Cui et al.).")
     out.append(Dimension("advantage_design", "Advantage design", did, shows,
-                       _related(findings, ("neg_adv", "nalis", "cov", "adv")),
+                       _related(findings, "advantage_design"),
                        ["adv_zero_frac", "adv_neg_frac", "cov_logp_adv"]))
 
     # 4. dynamic filtering -----------------------------------------------------------------------------------------
@@ -170,7 +173,7 @@ def sections(manifest: Mapping[str, Any], steps: pd.DataFrame, cols: Mapping[str
     if zs is not None and zs > 0.3 and not dyn:
         shows.append(f"{zs:.0%} of groups have zero reward variance on average and carry no GRPO signal; dynamic "
                      "filtering would drop them (ARLArena: helps with a rich advantage signal such as GiGPO).")
-    out.append(Dimension("dynamic_filtering", "Dynamic filtering", did, shows, _related(findings, ("zero", "filter")),
+    out.append(Dimension("dynamic_filtering", "Dynamic filtering", did, shows, _related(findings, "dynamic_filtering"),
                        ["zero_std_group_frac", "group_reward_std_mean"]))
 
     for s in out:

@@ -1,0 +1,63 @@
+"""Render the catalog of docs/detectors.md from the detectors' declarations (``Detector``: title, summary, inputs,
+rule_doc, params and their docs, explanation, recommendation, source), so a new detector documents itself.
+
+    python -m arldiag.detectors.catalog_doc --write   # tests/detectors/test_docs_detectors.py fails when stale
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from arldiag.detectors.base import Detector
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "detectors.md"
+START, END = "<!-- catalog:start -->", "<!-- catalog:end -->"
+
+
+def _code(names) -> str:
+    return ", ".join(f"`{n}`" for n in names)
+
+
+def section(d: Detector) -> str:
+    also = [c for c in d.columns if c not in d.inputs]
+    lines = [f"### `{d.name}`: {d.title}", d.summary, "",
+             f"- **Inputs** (any of): {_code(d.inputs)}" + (f"; also reads {_code(also)}" if also else "")]
+    if d.rule_doc:
+        lines.append(f"- **Rule**: {d.rule_doc}")
+    if d.params:
+        lines.append("- **Defaults**: `" + ", ".join(f"{k}={v!r}" for k, v in d.params.items()) + "`")
+        lines.append("- **Parameters**: " + "; ".join(f"`{k}`: {d.param_doc(k)}" for k in d.params))
+    lines += [f"- **Why it matters**: {d.explanation}", f"- **Recommendation**: {d.recommendation}",
+              f"- **Source**: {d.source}"]
+    if d.dimension:
+        lines.append(f"- **Report dimension**: {d.dimension.replace('_', ' ')}")
+    return "\n".join(lines)
+
+
+def render() -> str:
+    """The text between the catalog markers: one section per registered detector, in registry order."""
+    from arldiag.detectors.registry import REGISTRY
+
+    return "\n\n".join(section(d) for d in REGISTRY.values())
+
+
+def rewrite(text: str) -> str:
+    """``text`` (docs/detectors.md) with the catalog between its markers replaced by ``render()``."""
+    if START not in text or END not in text:
+        raise ValueError(f"docs/detectors.md: the markers {START} and {END} are missing")
+    head, rest = text.split(START, 1)
+    return f"{head}{START}\n{render()}\n{END}{rest.split(END, 1)[1]}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    new = rewrite(DOC.read_text())
+    if "--write" in argv:
+        DOC.write_text(new)
+    else:
+        sys.stdout.write(render() + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
