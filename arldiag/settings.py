@@ -25,15 +25,6 @@ ENV_PREFIX = "ARLDIAG_"
 CONFIG_ENV = "ARLDIAG_CONFIG"
 DEFAULT_FILE = "arldiag.toml"
 
-RISK_MEANINGS = {
-    "level_scores": "score of a detector at level ok / watch / warning / critical (combined by noisy-OR)",
-    "enter": "risk needed to enter the watch / warning / critical state",
-    "exit_margin": "the risk must fall this far below a threshold to leave the state",
-    "exit_steps": "steps below the threshold before leaving a state",
-    "enter_steps": "consecutive steps above a threshold before entering a state",
-    "critical_steps": "consecutive steps at critical risk before entering critical (1 = at once)",
-    "demote": "detectors whose level counts one lower in the risk (they warn only with a second signal)",
-}
 COLLECTOR_KEYS = {"token_sample_rate": "fraction of samples whose token rows are kept (anomalous rows always)",
                   "flush_every": "publish buffered rows every this many steps",
                   "neg_adv_delta": "delta of the negative-advantage low-IS mask (ARLArena)",
@@ -127,6 +118,7 @@ def _toml_value(v: Any) -> str:
 def render_default_file() -> str:
     """The text `arldiag init` writes: every default, with its meaning as a comment."""
     from arldiag.detectors.registry import REGISTRY
+    from arldiag.detectors.risk import RiskConfig
 
     d = defaults()
     out = ["# arldiag.toml: detector parameters, risk settings, collector options and alert sinks.",
@@ -147,12 +139,13 @@ def render_default_file() -> str:
             '# "train/my_entropy" = "entropy"   or   "eval/pass_at_1" = "task_score"', "[aliases]", ""]
     section("collector", d["collector"], COLLECTOR_KEYS)
     section("monitor", d["monitor"], MONITOR_KEYS)
-    section("risk", d["risk"], RISK_MEANINGS, ["Online risk: detectors' levels -> one risk -> alert state."])
+    section("risk", d["risk"], {f.name: f.metadata["doc"] for f in dataclasses.fields(RiskConfig)},
+            ["Online risk: detectors' levels -> one risk -> alert state."])
     section("stabilize", d["stabilize"], STABILIZE_KEYS, ["arldiag train --auto-stabilize: the policy's bounds."])
     for name, vals in d["detectors"].items():
         det = REGISTRY[name]
-        section(f"detectors.{name}", vals, {"enabled": "run this detector", **{k: det.param_doc(k) for k in det.params}},
-                [f"{det.title}: {det.explanation}"[:300]])
+        meanings = {"enabled": "run this detector", **{k: det.param_doc(k) for k in det.params}}
+        section(f"detectors.{name}", vals, meanings, [f"{det.title}: {det.explanation}"[:300]])
     for ch, vals in d["alerts"].items():
         section(f"alerts.{ch}", vals, CHANNEL_KEYS[ch])
     return "\n".join(out)

@@ -15,27 +15,34 @@ import json
 import math
 from collections import deque
 from pathlib import Path
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from arldiag.detectors.base import LEVELS
 
 
+def _doc(default, doc: str):
+    """A RiskConfig field with its meaning (arldiag.toml's comments and `arldiag init` read ``metadata["doc"]``)."""
+    return field(default=default, metadata={"doc": doc})
+
+
 @dataclass(frozen=True)
 class RiskConfig:
-    level_scores: tuple[float, float, float, float] = (0.0, 0.22, 0.55, 0.85)  # score of a detector at level 0..3
-    enter: tuple[float, float, float] = (0.25, 0.5, 0.8)                     # risk to enter watch/warning/critical
-    exit_margin: float = 0.1
-    exit_steps: int = 3
+    level_scores: tuple[float, float, float, float] = _doc(
+        (0.0, 0.22, 0.55, 0.85), "score of a detector at level ok / watch / warning / critical (combined by noisy-OR)")
+    enter: tuple[float, float, float] = _doc((0.25, 0.5, 0.8),
+                                             "risk needed to enter the watch / warning / critical state")
+    exit_margin: float = _doc(0.1, "the risk must fall this far below a threshold to leave the state")
+    exit_steps: int = _doc(3, "steps below the threshold before leaving a state")
     # 2: on the 13 sample runs of seeds 0 and 1, 11 -> 8 false-alarm episodes, leads 0-1 step shorter
     # (docs/detectors.md "Results on the first sample runs")
-    enter_steps: int = 2
-    # consecutive steps at critical risk before the state turns critical; 1 = at once (a NaN must not wait). 2 asks
-    # a one-step KL spike, common on healthy runs of the suite, to last or to be joined by a second signal
-    critical_steps: int = 1
-    # detectors whose level counts one lower in the risk (a warning of theirs alone is only "watch"; with a second
-    # signal it still warns): the false-alarm sources on the dev runs, chosen by benchmarks/calibrate.py
-    demote: tuple[str, ...] = ()
+    enter_steps: int = _doc(2, "consecutive steps above a threshold before entering a state")
+    # 1 = at once (a NaN must not wait). 2 asks a one-step KL spike, common on healthy runs of the suite, to last or
+    # to be joined by a second signal
+    critical_steps: int = _doc(1, "consecutive steps at critical risk before entering critical (1 = at once)")
+    # the false-alarm sources on the dev runs, chosen by the calibration
+    demote: tuple[str, ...] = _doc((), "detectors whose level counts one lower in the risk (they warn only with a "
+                                       "second signal)")
 
     def at_interval(self, interval: int) -> "RiskConfig":
         """The same hysteresis for a run logged every ``interval`` optimizer steps: enter_steps, exit_steps and
