@@ -462,15 +462,21 @@ def compute_update(inp: UpdateInputs, bands: Bands, segments: np.ndarray | None 
         starts = _check_segments(segments, inp, be, B)
 
     given = {k for k, v in env._v.items() if v is not None}  # the formulas whose optional inputs were given
+    # the aggregates first, then the columns: the order the token values were computed in (and their temporaries
+    # freed in) before, which numpy's allocator answers with reused memory instead of fresh pages
+    formulas = [f for f in AGGS.values() if given.issuperset(f.needs)]
+    if segments is None:
+        aggs = {f.name: f.scalar(env) for f in formulas}
+    else:
+        aggs = _segment_aggs(env, formulas, starts)
     seq = {f.name: f.fn(env) for f in SEQ_COLUMNS.values() if given.issuperset(f.needs)}
     seq["retok_mismatch"] = _retok(env)
     turn, tok_turn, seq_turn = _turns(env, inp.turn_ids, seq)
-    given.update(k for k in ("turn_ratio", "multi_turn") if env._v.get(k) is not None)
-    formulas = [f for f in AGGS.values() if given.issuperset(f.needs)]
-    if segments is None:
-        aggs = be.finish({f.name: f.scalar(env) for f in formulas}, _COUNTS)
-    else:
-        aggs = _segment_aggs(env, formulas, starts)
+    if segments is None:  # the turn aggregates, once _turns has put the turn ratios in the Env
+        given.update(k for k in ("turn_ratio", "multi_turn") if env._v.get(k) is not None)
+        aggs.update((f.name, f.scalar(env)) for f in AGGS.values() if f.name not in aggs
+                    and given.issuperset(f.needs))
+        aggs = be.finish(aggs, _COUNTS)
 
     tok = {"turn": tok_turn, "log_ratio": env.log_ratio, "advantage": env.adv,
            "logp": env.lp, "logp_old": env.lp_old, "logp_ref": env.lp_ref, "logp_rollout": env.lp_roll,

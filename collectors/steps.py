@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import time
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 

@@ -92,3 +92,18 @@ def test_turn_aggregates_by_hand():
     assert type(a["n_turn"]) is int
     assert math.isclose(a["min_turn_ratio"], ratios.min(), rel_tol=1e-6)
     assert math.isclose(a["max_turn_ratio"], ratios.max(), rel_tol=1e-6)
+
+
+def _names(args):
+    for a in args:
+        if isinstance(a, str):
+            yield a
+        else:
+            yield from _names(a)
+
+
+def test_every_step_metric_reads_declared_aggregates_only():
+    # a metric over an undeclared aggregate would be NaN online and fail in the SQL steps view
+    declared = {a.name for a in schema.STEP_AGGS}
+    for m in schema.STEP_METRICS:
+        assert set(_names(m.args)) <= declared, (m.name, set(_names(m.args)) - declared)
