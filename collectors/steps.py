@@ -69,23 +69,6 @@ def merge_into(acc: dict[str, float], new: Mapping[str, float]) -> None:
             acc[k] = min(acc[k], v)
 
 
-
-
-def merge_into(acc: dict[str, float], new: Mapping[str, float]) -> None:
-    """Mergeable update of step aggregates (sum / max / min, by schema.STEP_AGGS)."""
-    for k, v in new.items():
-        if v is None or v != v:
-            continue
-        if k not in acc:
-            acc[k] = v
-        elif _MERGE[k] == "sum":
-            acc[k] += v
-        elif _MERGE[k] == "max":
-            acc[k] = max(acc[k], v)
-        else:
-            acc[k] = min(acc[k], v)
-
-
 class StepState:
     """What a step gathered: raw aggregates, update indices, per-sequence k3 sums, trainer metrics, deferred
     updates (``record_update(defer=True)``: (update, inputs, sample ids)), the rollout cache and the rollout calls
