@@ -13,8 +13,8 @@ from pathlib import Path
 from arldiag.importers import csv_jsonl, tensorboard, trl, verl, wandb
 from arldiag.importers.base import Importer, Rows  # noqa: F401 (API)
 
-# the formats' modules, in the order the formats are listed (tests/integrations/test_importers.py checks that every
-# module of this folder with IMPORTERS is here)
+# the formats' modules, in the order the formats are listed (tests/integrations/test_importer_registry.py checks
+# that every module of this folder with IMPORTERS is here)
 MODULES = (csv_jsonl, verl, trl, tensorboard, wandb)
 
 

@@ -1,5 +1,6 @@
-"""benchmarks/calibrate.py and the learned risk: fit on dev only, the logistic fit against a numpy check,
-calibrated defaults loaded by the Evaluator, and risk_model="learned" in batch and online alike."""
+"""arldiag/evaluation/calibrate_token.py (benchmarks/calibrate.py) and the learned risk: fit on dev only, the
+logistic fit against a numpy check, calibrated defaults loaded by the Evaluator, and risk_model="learned" in batch
+and online alike."""
 import json
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""benchmarks/ceiling.py: the one-metric zero-false-alarm ceiling, on hand-worked series."""
+"""arldiag/evaluation/ceiling.py: the one-metric zero-false-alarm ceiling, on hand-worked series."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""benchmarks/detection_results.py: the markdown tables and the generated sections between markers."""
+"""arldiag/evaluation/results.py: the markdown tables and the generated sections between markers."""
 from pathlib import Path
 
 import pytest

@@ -1,4 +1,4 @@
-"""benchmarks/peer_rlwatch.py: rlwatch's default configuration fed the mapped step metrics, turned into a state."""
+"""arldiag/evaluation/peer_rlwatch.py: rlwatch's default configuration fed the mapped step metrics, turned into a state."""
 
 import pandas as pd
 import pytest
