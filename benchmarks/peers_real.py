@@ -63,9 +63,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from peer_rlwatch import MAPPING as RLWATCH_MAPPING, _value, rlwatch_timeline  # noqa: E402
+from arldiag.evaluation.peer_rlwatch import MAPPING as RLWATCH_MAPPING, _value, rlwatch_timeline  # noqa: E402
 
 TOOLS = ("arldiag", "rlwatch", "rldoctor")
 TITLES = {"arldiag": "arldiag", "rlwatch": "rlwatch 0.5.1", "rldoctor": "rldoctor 0.2.0"}
@@ -170,8 +169,8 @@ def arldiag_real(csv_path: Path, tmp: Path):
 
 def score(name: str, timelines: dict, label: dict) -> dict:
     """{tool: eval-detect row} of each tool's timeline against one label (collapse, dips, decline, ...)."""
-    from arldiag.commands.eval_detect import score_evaluation
-    from arldiag.detectors.scoring import ScoreConfig
+    from arldiag.evaluation.evaluate import score_evaluation
+    from arldiag.evaluation.scoring import ScoreConfig
 
     return {tool: score_evaluation(name, tl, label["collapse_step"], label.get("dips", []), label.get("faults", {}),
                                    tracks, ScoreConfig(), label.get("decline"), interval=label.get("interval", 1),
@@ -201,7 +200,7 @@ def real_set(real: Path, hold: int) -> dict:
 
 def toy_sets(toy: Path, hold: int) -> list[dict]:
     """One set per split of the sample runs (run.json ``config.split``), labelled by arldiag's own rule."""
-    from arldiag.commands.eval_detect import injected_faults, split_of
+    from arldiag.evaluation.evaluate import injected_faults, split_of
     from arldiag.detectors import decline_of, evaluate_run, events_of
     from arldiag.store.reader import open_run
 

@@ -1,9 +1,12 @@
 """`arldiag calibrate RUNS... --labels FILE [--write]`: fit the step-scalar profile's alert state on labelled dev
-runs (arldiag/detectors/calibrate_steps.py) and, with ``--write``, store it as ``risk_steps`` in calibrated.json.
+runs (arldiag/evaluation/calibrate_steps.py) and, with ``--write``, store it as ``risk_steps`` in calibrated.json.
 
-The token profile (runs with token statistics) is fitted by benchmarks/calibrate.py on the reference trainer's
-dev runs; its demotions are the starting point here, so the two are fitted together. Held-out runs (run.json
-``split: heldout``) are refused.
+`arldiag calibrate --profile token RUNS... [--write]`: the token profile (runs with token statistics), fitted on the
+reference trainer's dev runs (run.json ``split``) and scored once on its held-out runs
+(arldiag/evaluation/calibrate_token.py; `python benchmarks/calibrate.py` is the same fit); ``--write`` stores it in
+calibrated.json (the step-scalar profile there is kept) and regenerates the docs' detection sections. The token
+profile's demotions are the starting point of the step-scalar fit, so the two are fitted together. Held-out runs
+(run.json ``split: heldout``) are refused by the step-scalar fit.
 """
 from __future__ import annotations
 
@@ -12,18 +15,35 @@ from pathlib import Path
 
 
 def add_arguments(p) -> None:
+    from arldiag.evaluation import calibrate_token
+
     p.add_argument("run", nargs="+", help="imported dev runs (run directories, roots of runs, or globs)")
-    p.add_argument("--labels", required=True, metavar="FILE", help="labels of those runs (eval-detect --labels format)")
-    p.add_argument("--write", action="store_true", help="store the fit as risk_steps in calibrated.json")
+    p.add_argument("--profile", choices=PROFILES, default="steps",
+                   help="steps: the step-scalar profile, on labelled runs (--labels); token: the token profile, on "
+                        "the reference trainer's dev/held-out runs (default: steps)")
+    p.add_argument("--labels", metavar="FILE", help="labels of those runs (eval-detect --labels format); needed by "
+                                                    "--profile steps")
+    p.add_argument("--write", action="store_true",
+                   help="store the fit in calibrated.json (steps: as risk_steps; token: the token profile, and the "
+                        "docs' generated detection sections)")
     p.add_argument("--calibrated", default=None, metavar="FILE",
                    help="calibrated.json to update (default: the package's arldiag/detectors/calibrated.json)")
+    token = p.add_argument_group("--profile token")
+    calibrate_token.add_arguments(token)
+
+
+PROFILES = ("steps", "token")
 
 
 def main(args) -> int:
+    if args.profile == "token":
+        return main_token(args)
+    if not args.labels:
+        raise ValueError("labels: --profile steps fits on labelled runs; give --labels FILE")
     from dataclasses import asdict
 
     from arldiag.commands.eval_detect import load_labels
-    from arldiag.detectors import calibrate_steps as cs
+    from arldiag.evaluation import calibrate_steps as cs
     from arldiag.detectors.risk import CALIBRATED, calibrated_risk
     from arldiag.store.reader import open_run
 
@@ -47,4 +67,18 @@ def main(args) -> int:
         data.update(out)
         path.write_text(json.dumps(data, indent=1) + "\n")
         print(f"wrote risk_steps to {path}")
+    return 0
+
+
+def main_token(args) -> int:
+    from arldiag.detectors.risk import CALIBRATED
+    from arldiag.evaluation import calibrate_token
+
+    out = calibrate_token.fit(args, write_docs=args.write)
+    if args.write:
+        path = Path(args.calibrated) if args.calibrated else CALIBRATED
+        calibrate_token.store(out, path)
+    print(calibrate_token.printed(out))
+    if args.write:
+        print(f"wrote the token profile to {path}")
     return 0

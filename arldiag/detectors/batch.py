@@ -13,9 +13,9 @@ from typing import Any
 from arldiag.detectors.advice import settings_of, with_actions
 from arldiag.detectors.base import Detector
 from arldiag.detectors.engine import Evaluator
-from arldiag.detectors.label import (EVAL_COLUMN, FORMAT_COLUMNS, REWARD_COLUMN, SCORE_COLUMN, SUCCESS_COLUMNS,
-                                     run_decline, run_events)
 from arldiag.detectors.risk import RiskConfig
+from arldiag.evaluation.label import (EVAL_COLUMN, FORMAT_COLUMNS, REWARD_COLUMN, SCORE_COLUMN, SUCCESS_COLUMNS,
+                                      run_decline, run_events)
 from arldiag.findings import Finding
 
 TOP_SEQUENCES = 5

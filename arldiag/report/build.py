@@ -24,7 +24,7 @@ from arldiag.views import series as V
 from arldiag.views._sql import table_rows
 from arldiag.views.events import action_outcomes
 from arldiag.detectors.advice import settings_of, with_actions
-from arldiag.detectors.precursors import precursor_scan
+from arldiag.evaluation.precursors import precursor_scan
 from arldiag.report.dimensions import Dimension, sections
 from arldiag.report.recommend import Recommendation, recommendations
 from arldiag.report.verdict import Verdict, registry_lagging, verdict

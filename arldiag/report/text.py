@@ -128,7 +128,7 @@ def precursor_intro(rep) -> str | None:
     """The sentence above the precursor table; None when the run neither collapsed nor declined."""
     if rep.precursors is None or rep.verdict.event is None:
         return None
-    from arldiag.detectors.precursors import BASE, LEAD
+    from arldiag.evaluation.precursors import BASE, LEAD
 
     what, c = rep.verdict.event
     if not rep.precursors:

@@ -1,14 +1,12 @@
-"""benchmarks/calibrate.py and the learned risk: fit on dev only, the logistic fit against a numpy check,
-calibrated defaults loaded by the Evaluator, and risk_model="learned" in batch and online alike."""
+"""arldiag/evaluation/calibrate_token.py (benchmarks/calibrate.py) and the learned risk: fit on dev only, the
+logistic fit against a numpy check, calibrated defaults loaded by the Evaluator, and risk_model="learned" in batch
+and online alike."""
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import calibrate  # noqa: E402
+from arldiag.evaluation import calibrate_token as calibrate  # noqa: E402
 
 from arldiag.detectors import Evaluator  # noqa: E402
 from arldiag.detectors.learned import FEATURE_NAMES, LearnedRisk  # noqa: E402
@@ -255,3 +253,25 @@ def test_demotion_may_trade_one_collapse_alarm_for_many_stable_runs():
     assert chosen["demote"] == ["noisy"]
     assert s["stable_runs_with_warning"] == 0 and s["alarmed_share"] == 0.5 and s["recall_at_10"] == 0.5
     assert s["objective"] == pytest.approx(0.5 + 0.5)  # J = R10 + R0 - F - 5H
+
+
+def test_cli_token_profile_is_the_benchmark_fit(synth_runs, tmp_path, capsys):
+    """`arldiag calibrate --profile token` runs the fit of `python benchmarks/calibrate.py` (one code path,
+    arldiag.evaluation.calibrate_token): the same JSON printed; without --write it stores nothing, the script
+    always writes its --out; the step-scalar profile needs --labels."""
+    from arldiag.cli import main as cli
+
+    runs = [str(synth_runs[k][0]) for k in ("healthy", "collapse")]
+    cal = tmp_path / "calibrated.json"
+    assert cli(["calibrate", "--profile", "token", *runs, "--stand-in-heldout", "healthy",
+                "--calibrated", str(cal)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert not cal.exists()
+    out = tmp_path / "bench.json"
+    assert calibrate.main([*runs, "--stand-in-heldout", "healthy", "--out", str(out)]) == 0
+    assert json.loads(capsys.readouterr().out) == printed
+    stored = json.loads(out.read_text())
+    assert stored["dev_runs"] == ["collapse"] and stored["heldout_runs"] == ["healthy"]
+    assert {k: v for k, v in stored.items() if k != "learned"} == printed
+    assert cli(["calibrate", *runs]) == 2
+    assert "--labels" in capsys.readouterr().err

@@ -1,14 +1,12 @@
-"""benchmarks/ceiling.py: the one-metric zero-false-alarm ceiling, on hand-worked series."""
+"""arldiag/evaluation/ceiling.py: the one-metric zero-false-alarm ceiling, on hand-worked series."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import ceiling as C  # noqa: E402
+from arldiag.evaluation import ceiling as C  # noqa: E402
 
 
 def test_zscore_against_the_previous_steps_only():

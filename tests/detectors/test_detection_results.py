@@ -1,11 +1,9 @@
-"""benchmarks/detection_results.py: the markdown tables and the generated sections between markers."""
-import sys
+"""arldiag/evaluation/results.py: the markdown tables and the generated sections between markers."""
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import detection_results as dr  # noqa: E402
+from arldiag.evaluation import results as dr  # noqa: E402
 
 S = {"recall_at_10": 0.5, "recall_at_20": 0.25, "median_lead": 12.5, "false_alarm_episodes": 3,
      "false_alarms_per_100_healthy_steps": 0.1234, "healthy_warning_share": 0.0049, "stable_runs_with_warning": 2,

@@ -1,13 +1,10 @@
-"""benchmarks/peer_rlwatch.py: rlwatch's default configuration fed the mapped step metrics, turned into a state."""
-import sys
-from pathlib import Path
+"""arldiag/evaluation/peer_rlwatch.py: rlwatch's default configuration fed the mapped step metrics, turned into a state."""
 
 import pandas as pd
 import pytest
 
 pytest.importorskip("rlwatch")  # the `peer` extra (part of `test`)
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import peer_rlwatch  # noqa: E402
+from arldiag.evaluation import peer_rlwatch  # noqa: E402
 
 
 def test_entropy_below_threshold_hand_worked():

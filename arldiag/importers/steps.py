@@ -1,0 +1,136 @@
+"""A step importer's rows -> {step: {metric: value}} under arldiag's names.
+
+Later rows of the same step update earlier ones (a validation row and a training row of one step become one step).
+Non-numeric values (text, empty cells) are skipped; a column that is never numeric is reported once. Logged names
+are renamed by the one alias table (arldiag/aliases.py, extended by arldiag.toml [aliases]).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from arldiag.importers.base import Importer
+
+# step columns other loggers write, tried in this order when the format's default is not a column of the file
+# (read in the trainers' sources: HF Trainer / TRL / OpenRLHF, verl, SkyRL, slime, ROLL, ms-swift's "12/500")
+STEP_COLUMNS = ("step", "global_step", "train/global_step", "training/global_step", "trainer/global_step",
+                "train/step", "system/global_step", "global_step/max_steps", "_step", "iteration", "iter", "Step")
+
+
+def as_number(v: Any) -> float | None:
+    """A finite-or-not float from a CSV cell or JSON value; None for text, empty cells and nulls."""
+    if v is None or isinstance(v, (list, dict)):
+        return None
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)):
+        return float(v)
+    s = str(v).strip()
+    if not s:
+        return None
+    if s.lower() in ("true", "false"):
+        return 1.0 if s.lower() == "true" else 0.0
+    try:
+        return float(s)
+    except ValueError:
+        return None
+
+
+@dataclass
+class LoadedSteps:
+    steps: dict[int, dict[str, float]]  # step -> numeric metrics under their logged names
+    never_numeric: set[str]             # columns without a single numeric value
+    stepless: int                       # rows without a step value (a run summary): skipped
+
+
+def load_steps(path: Path, importer: Importer, step_column: str) -> LoadedSteps:
+    """The numeric metrics of every row of ``path``, joined by step."""
+    steps: dict[int, dict[str, float]] = {}
+    seen, numeric = set(), set()
+    stepless = 0
+    for where, row in importer.read(path):
+        if step_column not in row:
+            raise ValueError(f"step_column: {step_column!r} is not a column of {path} ({where} has "
+                             f"{', '.join(list(row)[:8])}...)")
+        if row[step_column] is None or not str(row[step_column]).strip():
+            stepless += 1  # a summary row (wandb's run summary, TRL's final train_runtime entry): no step to join
+            continue
+        step = as_number(row[step_column])
+        if step is None and isinstance(row[step_column], str) and "/" in row[step_column]:
+            step = as_number(row[step_column].split("/", 1)[0])  # ms-swift's logging.jsonl: "12/500"
+        if step is None or not math.isfinite(step) or step != int(step):
+            raise ValueError(f"step_column: {where} of {path} has a non-integer step {row[step_column]!r}")
+        metrics = steps.setdefault(int(step), {})
+        for k, v in row.items():
+            if k == step_column or k is None:
+                continue
+            seen.add(k)
+            x = as_number(v)
+            if x is not None:
+                numeric.add(k)
+                metrics[k] = x
+    return LoadedSteps(steps, seen - numeric, stepless)
+
+
+def find_step_column(path: Path, importer: Importer, default: str) -> tuple[str, str | None]:
+    """(column, why): ``default`` when the first row has it, else the first of ``STEP_COLUMNS`` it has, with the
+    reason to say; the default otherwise (why None), so that load_steps names the missing column."""
+    first = next(iter(importer.read(path)), None)
+    # wandb's _step counts log calls, not optimizer steps: a logged optimizer step (HF's train/global_step) wins
+    if first is None or (default in first[1] and default != "_step"):
+        return default, None
+    hit = next((c for c in STEP_COLUMNS if c in first[1]), None)
+    if hit is None or hit == default:
+        return default, None
+    why = ("it counts optimizer steps, wandb's _step counts log calls" if default in first[1]
+           else f"no {default!r} column")
+    return hit, why
+
+
+def name_plan(columns, user: Mapping[str, str], keep_names: bool) -> tuple[dict[str, str], dict[str, str]]:
+    """(rename, copies) for a log's columns. rename: logged name -> arldiag name (``user`` renames first, then the
+    alias table; a column already named as arldiag names it keeps its name, and of two logged names for one
+    metric the first in the file wins, the other keeps its own name). copies: ``task_score`` / ``val_score`` ->
+    the logged column they are read from (arldiag.aliases.task_score_source)."""
+    from arldiag.aliases import TASK_SCORE, VAL_SCORE, alias_table, resolve_name, task_score_source, val_score_source
+    from arldiag.settings import file_aliases
+
+    cols = list(dict.fromkeys(columns))
+    table = {} if keep_names else alias_table(file_aliases())  # arldiag.toml [aliases] extends the table
+    taken = {c for c in cols if c not in user and (keep_names or resolve_name(c, table) in (None, c))}
+    rename: dict[str, str] = {}
+    for c in cols:
+        to = user.get(c) or (None if keep_names else resolve_name(c, table))
+        if to is None or to == c:
+            continue
+        if to in taken and c not in user:
+            continue
+        rename[c] = to
+        taken.add(to)
+    copies = {}
+    for to, src in ((TASK_SCORE, task_score_source(cols)), (VAL_SCORE, val_score_source(cols))):
+        if src is not None and src != to and to not in taken:
+            copies[to] = src
+    return rename, copies
+
+
+def apply_plan(raw: Mapping[int, Mapping[str, float]], plan: Mapping[str, str],
+               copies: Mapping[str, str]) -> dict[int, dict[str, float]]:
+    """The step table under arldiag's names: renamed columns, and the task/validation score copies."""
+    steps = {}
+    for st, m in raw.items():
+        row = {plan.get(k, k): v for k, v in m.items()}
+        for to, src in copies.items():
+            if src in m:
+                row[to] = m[src]
+        steps[st] = row
+    return steps
+
+
+def is_training(metrics: Mapping[str, float]) -> bool:
+    """A step that carries a training metric (not validation metrics only)."""
+    from arldiag.aliases import is_validation
+
+    return any(not is_validation(k) for k in metrics)
