@@ -42,7 +42,7 @@ def admit_rollback(a: "Action", s: "Situation", limits) -> tuple[dict | None, st
 
 
 ROLLBACK = ActionSpec(
-    kind="rollback", order=0, method="rollback", restores_checkpoint=True,
+    kind="rollback", order=10, method="rollback", restores_checkpoint=True,
     summary="restore policy + optimizer state of the last checkpoint taken while the state was calm (the learning "
             "rate and loss settings stay as they are now)",
     limits=(count_limit("max_rollbacks", 2, "rollbacks per run (each checkpoint is restored at most once)"),),
@@ -62,7 +62,7 @@ def admit_nalis_mask(a: "Action", s: "Situation", limits) -> tuple[dict | None, 
 
 
 NALIS_MASK = ActionSpec(
-    kind="nalis_mask", order=1, method="set_nalis_mask",
+    kind="nalis_mask", order=20, method="set_nalis_mask",
     summary="switch on the negative-advantage low-IS sequence mask: a sample with mean A < 0 and "
             "mean(logp_old - logp) > delta is left out of the policy-gradient term",
     params={"delta": "the mask's threshold on mean(logp_old - logp), > 0 (default: the trainer's current one)"},
@@ -82,7 +82,7 @@ def admit_seq_clip(a: "Action", s: "Situation", limits) -> tuple[dict | None, st
 
 
 SEQ_CLIP = ActionSpec(
-    kind="seq_clip", order=2, method="use_sequence_clip",
+    kind="seq_clip", order=30, method="use_sequence_clip",
     summary="move to sequence-level clipping (GSPO's sequence ratio) with its own band",
     params={"clip_low": f"lower band of the sequence ratio (default {SEQ_CLIP_LOW:g})",
             "clip_high": f"upper band of the sequence ratio (default {SEQ_CLIP_HIGH:g})"},
@@ -105,7 +105,7 @@ def admit_clip(a: "Action", s: "Situation", limits) -> tuple[dict | None, str]:
 
 
 CLIP = ActionSpec(
-    kind="clip", order=3, method="set_clip",
+    kind="clip", order=40, method="set_clip",
     summary="tighten the clip range: eps_low, eps_high *= factor (not below min_clip)",
     params={"factor": "multiplier in (0, 1) (required)"},
     limits=(count_limit("max_clip_tightenings", 2, "clip-range tightenings per run"),
@@ -129,7 +129,7 @@ def admit_lr_scale(a: "Action", s: "Situation", limits) -> tuple[dict | None, st
 
 
 LR_SCALE = ActionSpec(
-    kind="lr_scale", order=4, method="set_lr",
+    kind="lr_scale", order=50, method="set_lr",
     summary="multiply the learning rate (not below lr_floor x the initial rate)",
     params={"factor": "multiplier in (0, 1) (required)"},
     limits=(count_limit("max_lr_scalings", 3, "learning-rate scalings per run"),
@@ -145,7 +145,7 @@ def admit_stop(a: "Action", s: "Situation", limits) -> tuple[dict | None, str]:
 
 
 STOP = ActionSpec(
-    kind="stop", order=5, method="stop", ends_run=True, summary="stop the run",
+    kind="stop", order=60, method="stop", ends_run=True, summary="stop the run",
     admit=admit_stop, apply=lambda t, p, why: t.stop(why))
 
 

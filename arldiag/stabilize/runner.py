@@ -60,7 +60,8 @@ def admit(a: Action, s: Situation, limits: Limits) -> tuple[dict | None, str]:
         return None, f"{type(exc).__name__}: {exc}"
 
 
-# action kind -> how a Stabilizable carries it out (each ActionSpec's apply: a dict of callables, no string dispatch)
+# action kind -> how a Stabilizable carries it out (each ActionSpec's apply; a view for callers, the runner reads
+# the specs)
 APPLY: dict[str, Callable[[Stabilizable, Mapping[str, Any], str], dict]] = {k: s.apply for k, s in ACTIONS.items()}
 
 
@@ -117,8 +118,9 @@ class Stabilizer:
             if params is None:
                 self.refused[(a.kind, why)] = self.refused.get((a.kind, why), 0) + 1
                 continue
+            spec = ACTIONS[a.kind]
             try:
-                outcome = dict(APPLY[a.kind](self.target, params, a.reason) or {})
+                outcome = dict(spec.apply(self.target, params, a.reason) or {})
             except Exception as exc:  # noqa: BLE001
                 self.log(f"[arldiag] auto-stabilize: {a.kind} failed at step {step} ({type(exc).__name__}: {exc})")
                 continue
@@ -127,7 +129,6 @@ class Stabilizer:
             self.history.append(taken)
             applied.append(taken)
             s = dataclasses.replace(s, settings=dict(self.target.settings()), history=tuple(self.history))
-            spec = ACTIONS[a.kind]
             if spec.restores_checkpoint:
                 self.checkpoint_step = None  # consumed: the next rollback needs a new calm checkpoint
                 s = dataclasses.replace(s, checkpoint_step=None)

@@ -72,6 +72,8 @@ class ActionSpec:
             raise ValueError(f"action kind must be a non-empty identifier, got {self.kind!r}")
         if not self.summary:
             raise ValueError(f"action {self.kind!r}: summary is empty")
+        if not (callable(self.admit) and callable(self.apply)):
+            raise ValueError(f"action {self.kind!r}: admit and apply must be callable")
         if not self.method.isidentifier():
             raise ValueError(f"action {self.kind!r}: method must name the controls' method, got {self.method!r}")
         undocumented = sorted(k for k, doc in self.params.items() if not doc)
