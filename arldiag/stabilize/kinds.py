@@ -5,7 +5,8 @@ spec, in application order) is what the Stabilizer, its ``Limits``, ``Action``'s
 
 A new action is a spec here (``collect(...)`` below lists it), a method on the controls of each trainer that
 supports it (arldiag/trainer/stabilize.py, collectors/trl_stabilize.py, collectors/verl_loss.py) with its kind in
-their ``supports``, and its case in tests/stabilize/test_action_declarations.py.
+their ``supports``, and its case in tests/stabilize/test_action_declarations.py; docs/stabilize.md's tables are
+rendered from these (``python -m arldiag.stabilize.actions_doc --write``).
 
 Application order of one decision: a rollback first (it restores the optimizer, so settings changed afterwards
 survive it), stop last. Standard library only: it runs inside the training process.
@@ -43,8 +44,8 @@ def admit_rollback(a: "Action", s: "Situation", limits) -> tuple[dict | None, st
 
 ROLLBACK = ActionSpec(
     kind="rollback", order=10, method="rollback", restores_checkpoint=True,
-    summary="restore policy + optimizer state of the last checkpoint taken while the state was calm (the learning "
-            "rate and loss settings stay as they are now)",
+    summary="restore the policy and optimizer state of the last checkpoint taken while the alert state was calm (ok "
+            "or watch: `checkpoint_on`; the learning rate and loss settings stay as they are now)",
     limits=(count_limit("max_rollbacks", 2, "rollbacks per run (each checkpoint is restored at most once)"),),
     admit=admit_rollback, apply=lambda t, p, why: t.rollback())
 
@@ -63,8 +64,8 @@ def admit_nalis_mask(a: "Action", s: "Situation", limits) -> tuple[dict | None, 
 
 NALIS_MASK = ActionSpec(
     kind="nalis_mask", order=20, method="set_nalis_mask",
-    summary="switch on the negative-advantage low-IS sequence mask: a sample with mean A < 0 and "
-            "mean(logp_old - logp) > delta is left out of the policy-gradient term",
+    summary="switch on the negative-advantage low-IS sequence mask (ARLArena; DeepSeek-V3.2 off-policy mask): a "
+            "sample with mean A < 0 and mean(logp_old - logp) > delta is left out of the policy-gradient term",
     params={"delta": "the mask's threshold on mean(logp_old - logp), > 0 (default: the trainer's current one)"},
     settings=("nalis_mask", "nalis_delta"),
     admit=admit_nalis_mask, apply=lambda t, p, why: t.set_nalis_mask(p["delta"]))
@@ -106,7 +107,7 @@ def admit_clip(a: "Action", s: "Situation", limits) -> tuple[dict | None, str]:
 
 CLIP = ActionSpec(
     kind="clip", order=40, method="set_clip",
-    summary="tighten the clip range: eps_low, eps_high *= factor (not below min_clip)",
+    summary="tighten the clip range: eps_low, eps_high *= factor (not below `min_clip`)",
     params={"factor": "multiplier in (0, 1) (required)"},
     limits=(count_limit("max_clip_tightenings", 2, "clip-range tightenings per run"),
             Limit("min_clip", 0.02, "eps_low / eps_high never go below this", ok=lambda v: v > 0, must="be > 0")),
@@ -130,7 +131,7 @@ def admit_lr_scale(a: "Action", s: "Situation", limits) -> tuple[dict | None, st
 
 LR_SCALE = ActionSpec(
     kind="lr_scale", order=50, method="set_lr",
-    summary="multiply the learning rate (not below lr_floor x the initial rate)",
+    summary="multiply the learning rate (at most `max_lr_scalings` times, not below `lr_floor` x the initial rate)",
     params={"factor": "multiplier in (0, 1) (required)"},
     limits=(count_limit("max_lr_scalings", 3, "learning-rate scalings per run"),
             Limit("lr_floor", 0.1, "the learning rate never goes below this share of its initial value",
@@ -145,7 +146,7 @@ def admit_stop(a: "Action", s: "Situation", limits) -> tuple[dict | None, str]:
 
 
 STOP = ActionSpec(
-    kind="stop", order=60, method="stop", ends_run=True, summary="stop the run",
+    kind="stop", order=60, method="stop", ends_run=True, summary="end the run",
     admit=admit_stop, apply=lambda t, p, why: t.stop(why))
 
 

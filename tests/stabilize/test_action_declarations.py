@@ -2,7 +2,8 @@
 of one is missing. Every action needs a hand-worked admit case below; every trainer's controls implement the method
 of each action they support and report the settings its admit reads; apply calls that method and no other; the
 Limits, arldiag.toml's [stabilize] keys and their comments come from the specs; and the Stabilizer is generic (a
-made-up action runs through it without any change to the runner)."""
+made-up action runs through it without any change to the runner); docs/stabilize.md's actions table is rendered from
+the specs."""
 from __future__ import annotations
 
 import dataclasses
@@ -113,6 +114,7 @@ def test_each_trainer_implements_what_it_supports(make):
     controls = make()
     settings = controls.settings()
     assert controls.supports and set(controls.supports) <= set(ACTIONS)
+    assert set(type(controls).notes) <= set(ACTIONS)  # docs/stabilize.md's table of trainers reads them
     for kind in controls.supports:
         spec = ACTIONS[kind]
         assert callable(getattr(controls, spec.method, None)), f"{type(controls).__name__} lacks {spec.method}"
@@ -212,3 +214,13 @@ def test_a_made_up_action_runs_through_the_generic_runner(monkeypatch):
     for step in (4, 5):
         stab.on_step(step, "critical", "ok", 0.9, {}, None)
     assert t.s["batch"] == 8 and ("halve_batch", "the batch is at min_batch") in stab.refused
+
+
+def test_the_actions_table_is_rendered_from_the_specs():
+    from arldiag.stabilize.actions_doc import DOC, render, rewrite
+
+    text = DOC.read_text()
+    assert text == rewrite(text), ("docs/stabilize.md's tables are stale: "
+                                   "python -m arldiag.stabilize.actions_doc --write")
+    for spec in ACTIONS.values():
+        assert f"| `{spec.kind}` | {spec.summary} |" in render() and f"`{spec.method}`" in render()
