@@ -33,16 +33,8 @@ COLLECTOR_KEYS = {"token_sample_rate": "fraction of samples whose token rows are
 MONITOR_KEYS = {"min_severity": "lowest severity printed on the console",
                 "stop_on": "ask the trainer to stop at this alert state (\"\" = never; watch, warning, critical)",
                 "sinks": "built-in sinks: console, store (the run's alerts table), wandb"}
-STABILIZE_KEYS = {"policy": "--auto-stabilize policy when the flag is not given: a registered name (default, "
-                             "conservative) or module:function (\"\" = off)",
-                  "cooldown": "steps after an applied action during which nothing more is applied",
-                  "max_lr_scalings": "learning-rate scalings per run",
-                  "lr_floor": "the learning rate never goes below this share of its initial value",
-                  "max_clip_tightenings": "clip-range tightenings per run",
-                  "min_clip": "eps_low / eps_high never go below this",
-                  "max_rollbacks": "rollbacks per run (each checkpoint is restored at most once)",
-                  "checkpoint_every": "steps between in-memory checkpoints of policy + optimizer while the state is calm",
-                  "checkpoint_on": "the highest alert state in which a checkpoint may be taken (ok or watch)"}
+STABILIZE_POLICY_DOC = ("--auto-stabilize policy when the flag is not given: a registered name (default, "
+                        "conservative) or module:function (\"\" = off)")
 CHANNEL_KEYS = {
     "slack": {"url": "incoming-webhook URL (secret: set ARLDIAG_ALERTS_SLACK_URL); empty = off",
               "min_severity": "lowest severity sent", "mention_severity": "lowest severity that mentions",
@@ -58,6 +50,14 @@ CHANNEL_KEYS = {
               "PASSWORD)", "starttls": "upgrade the connection with STARTTLS", "ssl": "SMTPS from the start",
               "min_severity": "lowest severity sent", "mention_severity": "lowest severity sent to critical_to"},
 }
+
+
+def stabilize_keys() -> dict[str, str]:
+    """[stabilize]: the policy, then every field of arldiag.stabilize.Limits with its doc (the Stabilizer's own
+    bounds and each action's, declared on its ActionSpec)."""
+    from arldiag.stabilize import Limits
+
+    return {"policy": STABILIZE_POLICY_DOC, **{f.name: f.metadata["doc"] for f in dataclasses.fields(Limits)}}
 
 
 def _signature_defaults(fn: Any, keys) -> dict[str, Any]:
@@ -141,7 +141,7 @@ def render_default_file() -> str:
     section("monitor", d["monitor"], MONITOR_KEYS)
     section("risk", d["risk"], {f.name: f.metadata["doc"] for f in dataclasses.fields(RiskConfig)},
             ["Online risk: detectors' levels -> one risk -> alert state."])
-    section("stabilize", d["stabilize"], STABILIZE_KEYS, ["arldiag train --auto-stabilize: the policy's bounds."])
+    section("stabilize", d["stabilize"], stabilize_keys(), ["arldiag train --auto-stabilize: the policy's bounds."])
     for name, vals in d["detectors"].items():
         det = REGISTRY[name]
         meanings = {"enabled": "run this detector", **{k: det.param_doc(k) for k in det.params}}

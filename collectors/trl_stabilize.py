@@ -24,6 +24,11 @@ SUPPORTED = frozenset({"nalis_mask", "clip", "seq_clip", "lr_scale", "stop"})
 
 class TRLControls:
     supports = SUPPORTED
+    # how each action is carried out, or why not (docs/stabilize.md's table of trainers)
+    notes = {"nalis_mask": "`off_policy_mask_threshold` (TRL's own off-policy sequence mask)",
+             "clip": "`epsilon_low` / `epsilon_high`", "seq_clip": "`importance_sampling_level = \"sequence\"`",
+             "lr_scale": "param groups and the scheduler's base rates",
+             "rollback": "weights/optimizer may be sharded across processes", "stop": "`control.should_training_stop`"}
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer

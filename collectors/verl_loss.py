@@ -205,6 +205,9 @@ class VerlControls:
     its own micro-batches (its own collector and monitor)."""
 
     supports = frozenset({"nalis_mask"})
+    # how each action is carried out, or why not (docs/stabilize.md's table of trainers)
+    notes = {"nalis_mask": "inside the wrapped `arldiag_<mode>` loss",
+             "lr_scale": "the optimizer lives in the worker, out of the loss's reach"}
 
     def __init__(self, recorder: "VerlLossRecorder") -> None:
         self.recorder = recorder

@@ -28,6 +28,16 @@ WINDOW_PARAMS = {"smooth": 2, "baseline_steps": 3, "trend_steps": 3, "warmup": 2
 # The four dimensions of ARLArena's stability analysis that the report groups findings under
 DIMENSIONS = ("loss_aggregation", "is_clipping", "advantage_design", "dynamic_filtering")
 
+# A detector's role in the closed loop -> what the built-in policies answer it with (arldiag.stabilize.policies
+# reads the roles from the registry; ARLArena: negative-advantage low-IS sequences drive the collapse of
+# tolerant-clipping losses, and KL and gradient spikes come with it).
+LOOP_ROLES = {
+    "off_policy": "the update is too far off-policy: at warning or above the auto-stabilize policies switch on the "
+                  "low-IS mask; with the mask on, the default policy tightens the clip range at critical",
+    "broken": "the policy itself has broken: at critical the default policy names it as the cause of its rollback "
+              "to the last calm checkpoint",
+}
+
 # What a detector parameter means, for the names several detectors share (a detector documents its own
 # parameters in Detector.param_docs); arldiag.toml's comments and docs/detectors.md read them from here.
 PARAM_DOCS = {
@@ -110,6 +120,10 @@ class Detector:
     #                                  names several detectors share are documented in PARAM_DOCS
     remedies: tuple = ()             # advice.Remedy items: the recommendation fitted to the run's config
     dimension: str | None = None     # the ARLArena dimension the report files it under (report/dimensions.py)
+    loop_role: str | tuple[str, ...] | None = None  # its closed-loop role(s), LOOP_ROLES (stabilize/policies.py);
+    #                                  a tuple when it plays both (a non-finite update is off-policy and broken)
+    loop_priority: int = 0           # which finding of a role the built-in policies name as the cause when several
+    #                                  fire at the same level and none leads the risk: the lowest (then catalog order)
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum():
@@ -121,9 +135,21 @@ class Detector:
             raise ValueError(f"detector {self.name!r}: document parameter(s) {undocumented} in its param_docs")
         if self.dimension is not None and self.dimension not in DIMENSIONS:
             raise ValueError(f"detector {self.name!r}: dimension must be one of {DIMENSIONS}, got {self.dimension!r}")
+        bad_roles = [r for r in self.loop_roles if r not in LOOP_ROLES]
+        if bad_roles or (self.loop_role is not None and not self.loop_roles):
+            raise ValueError(f"detector {self.name!r}: loop_role must be None, one of {tuple(LOOP_ROLES)} or a tuple "
+                             f"of them, got {self.loop_role!r}")
+        if not isinstance(self.loop_priority, int) or isinstance(self.loop_priority, bool):
+            raise ValueError(f"detector {self.name!r}: loop_priority must be an int, got {self.loop_priority!r}")
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
         object.__setattr__(self, "param_docs", MappingProxyType(dict(self.param_docs)))
         object.__setattr__(self, "columns", tuple(dict.fromkeys(tuple(self.inputs) + tuple(self.columns))))
+
+    @property
+    def loop_roles(self) -> tuple[str, ...]:
+        """``loop_role`` as a tuple (() when it has none)."""
+        r = self.loop_role
+        return () if r is None else (r,) if isinstance(r, str) else tuple(r)
 
     def param_doc(self, name: str) -> str:
         """What parameter ``name`` means: the detector's own doc, else the shared one."""

@@ -1,5 +1,6 @@
 """Render the catalog of docs/detectors.md from the detectors' declarations (``Detector``: title, summary, inputs,
-rule_doc, params and their docs, explanation, recommendation, source), so a new detector documents itself.
+rule_doc, params and their docs, explanation, recommendation, source, dimension, loop_role), so a new detector
+documents itself.
 
     python -m arldiag.detectors.catalog_doc --write   # tests/detectors/test_docs_detectors.py fails when stale
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from arldiag.detectors.base import Detector
+from arldiag.detectors.base import LOOP_ROLES, Detector
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "detectors.md"
 START, END = "<!-- catalog:start -->", "<!-- catalog:end -->"
@@ -31,6 +32,9 @@ def section(d: Detector) -> str:
               f"- **Source**: {d.source}"]
     if d.dimension:
         lines.append(f"- **Report dimension**: {d.dimension.replace('_', ' ')}")
+    if d.loop_roles:
+        lines.append("- **Closed-loop role**: " + "; ".join(f"{r.replace('_', '-')} ({LOOP_ROLES[r]})"
+                                                           for r in d.loop_roles))
     return "\n".join(lines)
 
 

@@ -89,6 +89,7 @@ def entropy_blowup_rule(w, state, p) -> Signal | None:
 
 ENTROPY_BLOWUP = Detector(
     name="entropy_blowup",
+    loop_role="off_policy", loop_priority=5,
     title="Entropy blow-up",
     summary="Token entropy rises well above its early level (drift towards uniform, garbled text).",
     rule_doc=("level = grade(mean_k(entropy) / base(entropy), ratio_levels); below critical, quiet while the outcome "

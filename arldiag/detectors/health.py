@@ -29,6 +29,7 @@ def grad_norm_spike_rule(w, state, p) -> Signal | None:
 
 GRAD_NORM_SPIKE = Detector(
     name="grad_norm_spike",
+    loop_role="off_policy", loop_priority=4,
     title="Gradient-norm spike",
     summary="The gradient norm (user metric grad_norm from record_step) jumps above its recent median.",
     rule_doc=("level = grade(grad_norm_t / prior_median(grad_norm), ratio_levels) with at least min_history prior "
@@ -77,6 +78,7 @@ def nonfinite_rule(w, state, p) -> Signal | None:
 
 NONFINITE = Detector(
     name="nonfinite",
+    loop_role=("off_policy", "broken"), loop_priority=6,
     title="Non-finite values (NaN/Inf)",
     summary="NaN/Inf in the recorded log-probs or advantages, or in the logged loss / grad norm.",
     rule_doc=("warning when nonfinite_tokens > 0; critical when nonfinite_tokens / (n_tokens + nonfinite_tokens) >= "

@@ -44,6 +44,7 @@ def ppo_kl_spike_rule(w, state, p) -> Signal | None:
 
 PPO_KL_SPIKE = Detector(
     name="ppo_kl_spike",
+    loop_role="off_policy", loop_priority=1,
     title="Policy-update KL spike",
     summary="The policy-update KL jumps above its recent level.",
     rule_doc=("x = ppo_kl_k3 = mean_t (r - log r - 1) (fallback |ppo_kl|, verl's k1). level = max(grade(x_t / "
@@ -110,6 +111,7 @@ def kl_ref_drift_rule(w, state, p) -> Signal | None:
 
 KL_REF_DRIFT = Detector(
     name="kl_ref_drift",
+    loop_role="off_policy", loop_priority=7,
     title="KL to the reference policy drifts up fast",
     summary="The k3 KL to the frozen reference grows several-fold within a few steps, or passes an absolute level.",
     rule_doc=("x = kl_ref_k3 = mean_t exp(d) - d - 1, d = lp_ref - lp. early = the lowest of the first baseline_steps "
@@ -167,6 +169,7 @@ def kl_concentration_rule(w, state, p) -> Signal | None:
 
 KL_CONCENTRATION = Detector(
     name="kl_concentration",
+    loop_role="off_policy", loop_priority=3,
     title="Policy-update KL concentrates in a few sequences",
     summary="A few sequences carry most of the step's policy-update KL.",
     rule_doc=("x = kl_top1pct_share (share of the step's k3 KL carried by the top 1 % of sequences). Fires when "

@@ -55,6 +55,7 @@ def neg_adv_low_is_rule(w, state, p) -> Signal | None:
 
 NEG_ADV_LOW_IS = Detector(
     name="neg_adv_low_is",
+    loop_role="off_policy", loop_priority=0,
     title="Negative-advantage low-IS sequences accumulate",
     summary="Sequences with a negative advantage and a low sequence IS ratio accumulate (ARLArena finding 3).",
     rule_doc=("frac = neg_adv_low_is_frac = #{i: A_i < 0 and s_i < 1 - seq_eps_low} / #sequences, and the delta "
@@ -117,6 +118,7 @@ def clip_pressure_rule(w, state, p) -> Signal | None:
 
 CLIP_PRESSURE = Detector(
     name="clip_pressure",
+    loop_role="off_policy", loop_priority=2,
     title="Tokens outside the clip band grow (clip pressure)",
     summary="Tokens outside the clip band [1-eps_low, 1+eps_high] grow far above their early level.",
     rule_doc=("x = tok_oob_frac (tokens with r_t outside the band and A != 0; fallback verl pg_clipfrac, then TRL "

@@ -38,6 +38,7 @@ def format_collapse_rule(w, state, p) -> Signal | None:
 
 FORMAT_COLLAPSE = Detector(
     name="format_collapse",
+    loop_role="broken", loop_priority=1,
     title="Valid-format ratio collapses",
     summary="The valid-format ratio falls well below its peak (ARLArena: it drops to ~0 at collapse).",
     rule_doc=("level = grade_below(mean_k(format_valid_frac) / peak(format_valid_frac), frac_levels) once the peak >= "
@@ -240,6 +241,7 @@ def success_collapse_rule(w, state, p) -> Signal | None:
 
 SUCCESS_COLLAPSE = Detector(
     name="success_collapse",
+    loop_role="broken", loop_priority=0,
     title="Reward / success collapse",
     summary="The lagging outcome: the success rate falls well below its peak. Also the basis of the collapse label.",
     rule_doc=("x = success_rate (user metric; fallback success_frac). level = grade_below(mean_k(x) / peak(x), "

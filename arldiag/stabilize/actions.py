@@ -5,14 +5,9 @@ firing at this step, the trainer's current settings and the actions already take
 applies nothing itself: the ``Stabilizer`` (stabilize/runner.py) checks every proposed action against the limits
 (idempotence, bounds, cooldown, rollback rules) and applies the admitted ones through a ``Stabilizable`` trainer.
 
-Actions (ARLArena's levers, ../shared/spec/ALGORITHMS.md; the rollback is the last resort):
-
-  nalis_mask  switch on the negative-advantage low-IS sequence mask        params: delta
-  clip        tighten the clip range: eps_low, eps_high *= factor          params: factor
-  seq_clip    move to sequence-level clipping (GSPO ratio)                 params: clip_low, clip_high
-  lr_scale    multiply the learning rate                                   params: factor
-  rollback    restore policy + optimizer state of the last checkpoint taken while the state was ok
-  stop        stop the run                                                 params: (none)
+The actions themselves (nalis_mask, clip, seq_clip, lr_scale, rollback, stop: what each does, its parameters, its
+limits, when it is admitted and how a trainer applies it) are declared in stabilize/kinds.py, one ``ActionSpec``
+each.
 
 Standard library only: it runs inside the training process.
 """
@@ -21,10 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
-# The order actions of one decision are applied in: a rollback first (it restores the optimizer, so settings
-# changed afterwards survive it), stop last.
-ACTION_KINDS = ("rollback", "nalis_mask", "seq_clip", "clip", "lr_scale", "stop")
-STATES = ("ok", "watch", "warning", "critical")
+from arldiag.stabilize.kinds import ACTION_KINDS  # in application order (kinds.ACTIONS)
 
 
 @dataclass(frozen=True)
@@ -94,27 +86,16 @@ Policy = Callable[[Situation], "list[Action]"]
 
 @runtime_checkable
 class Stabilizable(Protocol):
-    """What a trainer implements so that a policy can act on it. Each method returns {"before": ..., "after": ...}
-    (what changed), stored with the action. A trainer lists what it supports in ``supports`` (a subset of
-    ACTION_KINDS); the Stabilizer never calls the others."""
+    """What a trainer implements so that a policy can act on it: its ``settings()``, the kinds it supports (a
+    subset of ACTION_KINDS; the Stabilizer never applies the others) and, for each supported kind, the method its
+    ``ActionSpec.method`` names (stabilize/kinds.py: ``set_lr(lr)`` for lr_scale, ``rollback()`` for rollback, ...),
+    returning {"before": ..., "after": ...} (what changed), stored with the action. A trainer that supports an
+    action with ``restores_checkpoint`` (rollback) also implements ``checkpoint(step)``: keep an in-memory copy of
+    the policy and optimizer state, replacing the previous one. tests/stabilize/test_action_declarations.py checks
+    every trainer's controls against the specs."""
 
     supports: frozenset
 
     def settings(self) -> dict[str, Any]:
-        """Current values: lr, clip_low, clip_high, algo, seq_clip (bool), nalis_mask (bool), nalis_delta."""
-
-    def set_nalis_mask(self, delta: float) -> dict: ...
-
-    def set_clip(self, clip_low: float, clip_high: float) -> dict: ...
-
-    def use_sequence_clip(self, clip_low: float, clip_high: float) -> dict: ...
-
-    def set_lr(self, lr: float) -> dict: ...
-
-    def checkpoint(self, step: int) -> None:
-        """Keep an in-memory copy of the policy and optimizer state (replacing the previous one)."""
-
-    def rollback(self) -> dict:
-        """Restore the copy kept by ``checkpoint`` (the current learning rate and loss settings stay)."""
-
-    def stop(self, reason: str) -> dict: ...
+        """Current values: lr, clip_low, clip_high, algo, seq_clip (bool), nalis_mask (bool), nalis_delta (the
+        keys the supported actions read: ``ActionSpec.settings``)."""

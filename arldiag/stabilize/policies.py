@@ -20,17 +20,27 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
+from arldiag.detectors.registry import REGISTRY
+from arldiag.levels import rank
 from arldiag.stabilize.actions import Action, Policy, Situation
 
 POLICIES: dict[str, Policy] = {}
 
+
+def with_role(role: str) -> tuple[str, ...]:
+    """The registered detectors that declare closed-loop role ``role`` (``Detector.loop_role``), by their
+    ``loop_priority`` (then catalog order): the order ``leading`` breaks ties in."""
+    names = list(REGISTRY)
+    return tuple(sorted((n for n, d in REGISTRY.items() if role in d.loop_roles),
+                        key=lambda n: (REGISTRY[n].loop_priority, names.index(n))))
+
+
 # Findings that mean "the update is too far off-policy" (ARLArena: negative-advantage low-IS sequences drive the
 # collapse of tolerant-clipping losses; KL and gradient spikes come with it): the low-IS mask and a smaller
 # step answer them.
-OFF_POLICY = ("neg_adv_low_is", "ppo_kl_spike", "clip_pressure", "kl_concentration", "grad_norm_spike",
-              "entropy_blowup", "nonfinite", "kl_ref_drift")
+OFF_POLICY = with_role("off_policy")
 # Findings that mean the policy itself has already broken: only a rollback brings the weights back.
-BROKEN = ("success_collapse", "format_collapse", "nonfinite")
+BROKEN = with_role("broken")
 NALIS_DELTA = 3e-3     # ARLArena's scripts' delta (the documented 0.223 almost never fires at the suite's scale)
 LR_FACTOR = 0.5
 CLIP_FACTOR = 0.5
@@ -71,15 +81,13 @@ def resolve_policy(spec: str | Policy) -> Policy:
 
 
 # ---- helpers -----------------------------------------------------------------------------------------------------
-_RANK = {"watch": 1, "warning": 2, "critical": 3}
-
-
 def leading(s: Situation, names: tuple[str, ...]) -> str | None:
-    """The most severe firing finding among ``names`` (ties: the leading detector, then catalog order)."""
+    """The most severe firing finding among ``names`` (ties: the leading detector, then the order of ``names``:
+    ``with_role`` gives it by loop_priority)."""
     hits = [n for n in names if n in s.findings]
     if not hits:
         return None
-    return max(hits, key=lambda n: (_RANK.get(s.findings[n].level, 0), n == s.top, -names.index(n)))
+    return max(hits, key=lambda n: (rank(s.findings[n].level, 0), n == s.top, -names.index(n)))
 
 
 def _why(s: Situation, name: str) -> str:

@@ -18,6 +18,9 @@ SEQ_CLIP_ALGO = "gspo"  # the sequence-level clip the seq_clip action switches a
 
 class TrainerControls:
     supports = frozenset(ACTION_KINDS)
+    # how each action is carried out here (docs/stabilize.md's table of trainers, arldiag.stabilize.actions_doc)
+    notes = {"nalis_mask": "the loop's mask", "seq_clip": "switches the loss to GSPO", "lr_scale": "AdamW param groups",
+             "rollback": "in-memory copy of policy + optimizer"}
 
     def __init__(self, cfg: Any, model: Any, optimizer: Any, sampler: Any = None) -> None:
         self.cfg, self.model, self.optimizer, self.sampler = cfg, model, optimizer, sampler
