@@ -6,10 +6,10 @@ documents itself.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from arldiag.detectors.base import LOOP_ROLES, Detector
+from arldiag.docblocks import main, replace_block
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "detectors.md"
 START, END = "<!-- catalog:start -->", "<!-- catalog:end -->"
@@ -47,21 +47,8 @@ def render() -> str:
 
 def rewrite(text: str) -> str:
     """``text`` (docs/detectors.md) with the catalog between its markers replaced by ``render()``."""
-    if START not in text or END not in text:
-        raise ValueError(f"docs/detectors.md: the markers {START} and {END} are missing")
-    head, rest = text.split(START, 1)
-    return f"{head}{START}\n{render()}\n{END}{rest.split(END, 1)[1]}"
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    new = rewrite(DOC.read_text())
-    if "--write" in argv:
-        DOC.write_text(new)
-    else:
-        sys.stdout.write(render() + "\n")
-    return 0
+    return replace_block(text, START, END, render(), "docs/detectors.md")
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(DOC, rewrite, render))

@@ -7,9 +7,9 @@ trainer's controls: ``supports`` and ``notes``), so a new action documents itsel
 from __future__ import annotations
 
 import importlib
-import sys
 from pathlib import Path
 
+from arldiag.docblocks import main, replace_block
 from arldiag.stabilize.kinds import ACTIONS
 from arldiag.stabilize.spec import ActionSpec
 
@@ -60,23 +60,9 @@ def render_trainers() -> str:
 def rewrite(text: str) -> str:
     """``text`` (docs/stabilize.md) with both tables between their markers rendered anew."""
     for key, body in (("actions", render()), ("trainers", render_trainers())):
-        start, end = MARKERS[key]
-        if start not in text or end not in text:
-            raise ValueError(f"docs/stabilize.md: the markers {start} and {end} are missing")
-        head, rest = text.split(start, 1)
-        text = f"{head}{start}\n{body}\n{end}{rest.split(end, 1)[1]}"
+        text = replace_block(text, *MARKERS[key], body, "docs/stabilize.md")
     return text
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    new = rewrite(DOC.read_text())
-    if "--write" in argv:
-        DOC.write_text(new)
-    else:
-        sys.stdout.write(render() + "\n")
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(DOC, rewrite, render))
