@@ -71,12 +71,22 @@ STRESS_RUNS: dict[str, tuple[str, dict]] = {
 # to the reference 0.5 -> 4.3 and the share of turns below the clip band 0.007 -> 0.04 over steps 136-146, format
 # broken at 156). At lr 2e-4 two of three pilot seeds
 # broke within 40 steps and at 1.5e-4 neither of two broke in 200, so the set sits between.
-LAG = dict(SETTING, lr=1.75e-4, rollout_lag=1)
+# Every run of the set starts from one warm start, the package's shipped one (bc_seed 0: arldiag/trainer/warm_starts),
+# so `suite.py run --set lag` starts from the same weights on any machine; rows trained before it was shipped used a
+# per-seed warm start cloned on the machine that trained them (sample_runs/README.md says which rows are which).
+LAG = dict(SETTING, lr=1.75e-4, rollout_lag=1, bc_seed=0)
+# The always-on mitigations trainers ship, each from step 0, against the closed loop (issue 29): the OPSM delta 0.03
+# nats is the 90th percentile of the per-sample drift mean(lp_rollout - lp) over the first 30 steps of a plain lag run
+# (seed 73: 0.034; the median is 0.000), so the mask drops the stale tail (14-28 % of the negative-advantage samples
+# over steps 0-100) rather than half of them (3e-3 drops 44-50 %: the lag makes the drift symmetric noise of that
+# size); TIS's cap C = 2 is verl's rollout_is_threshold and TRL's vllm_importance_sampling_cap default.
 LAG_RUNS: dict[str, tuple[str, dict]] = {
     "cispo_lag1": ("cispo", {}),
-    "cispo_nalis_lag1": ("cispo", {"nalis_mask": True, "nalis_delta": 3e-3}),  # the suite's mask, same staleness
-    "sampo_lag1": ("sampo", {}),  # SAMPO under the same staleness (does it stay stable where CISPO broke?)
     "cispo_lag1_auto": ("cispo", {"auto_stabilize": "default"}),  # the closed loop on the same runs
+    "cispo_nalis_lag1": ("cispo", {"nalis_mask": True, "nalis_delta": 3e-3}),  # the suite's mask, same staleness
+    "cispo_opsm_lag1": ("cispo", {"opsm_delta": 0.03}),  # DeepSeek-V3.2's off-policy sequence mask, from step 0
+    "cispo_tis_lag1": ("cispo", {"tis_cap": 2.0}),  # truncated importance sampling (verl, TRL), from step 0
+    "sampo_lag1": ("sampo", {}),  # SAMPO under the same staleness (does it stay stable where CISPO broke?)
 }
 
 # --set NAME -> (setting, runs, the README table block)

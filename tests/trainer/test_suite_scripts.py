@@ -56,11 +56,12 @@ def test_runs_differ_only_in_algorithm_seed_and_their_extras() -> None:
     assert all(len(v) == 1 for v in seen.values())  # the same options for every seed
 
 
-def test_the_lag_set_differs_from_the_suite_setting_only_in_lr_and_rollout_lag() -> None:
+def test_the_lag_set_differs_from_the_suite_setting_only_in_lr_rollout_lag_and_its_shared_warm_start() -> None:
     cfg = _config(suite.set_runs((7,), which="lag")["cispo_lag1_s7"])
     base = _config(suite.runs((7,))["cispo_s7"])
     differ = {k for k in vars(cfg) if getattr(cfg, k) != getattr(base, k)}
-    assert differ == {"lr", "rollout_lag", "name", "out"}, differ
+    assert differ == {"lr", "rollout_lag", "bc_seed", "name", "out"}, differ
+    assert cfg.bc_seed == 0  # every lag run starts from the shipped warm start (tests/trainer/test_warm_start.py)
     assert (cfg.lr, cfg.rollout_lag, cfg.resolved_split()) == (1.75e-4, 1, "dev")  # seed 7: 7 % 5 = 2, dev
 
 
