@@ -9,7 +9,8 @@
                                                           # --auto-stabilize
 
 Training never edits the project's files: the committed tables of sample_runs/README.md change only with
-``table --write``.
+``table --write``. The lag set's tables are built from committed per-run summaries (sample_runs/summaries/lag/), so a
+later round adds seeds with ``table --set lag --out DIR --write`` without losing the rows trained before.
 
 Seeds 0-2 are the dev split and seeds 3-4 the held-out split (run.json config.split, written by the trainer):
 detector thresholds may be tuned on dev runs only. Every run of the suite shares SETTING; runs differ only in the
@@ -19,6 +20,7 @@ algorithm (its preset), the seed, and for ``cispo_nalis`` the negative-advantage
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import subprocess
 import sys
@@ -175,6 +177,8 @@ def main(argv: list[str]) -> int:
         for name, args in table.items():
             print(shlex.join(args))
         return 0
+    if a.what == "table" and a.set == "lag":
+        return lag_table(a.out, table, a.write)
     if a.what == "table":
         from summarize import summarize, tables, write_table  # sample_runs/summarize.py, next to this file
 
@@ -203,6 +207,30 @@ def main(argv: list[str]) -> int:
 
         print(tables([summarize(d) for d in _written(a.out, table)]))
     return 1 if failed else 0
+
+
+def lag_table(out: str, table: dict, write: bool) -> int:
+    """The lag set's tables come from the committed per-run summaries (sample_runs/summaries/lag/NAME.json: its run
+    stores are too big to commit). With --out DIR, the runs trained there are summarised first; --write saves those
+    summaries (replacing the rows of the same names) and rewrites the lag-table and mitigations-table blocks of
+    sample_runs/README.md from every summary; without --write nothing is written."""
+    import summarize as S
+
+    stems = "|".join(LAG_RUNS)
+    dirs = sorted(p for p in Path(out).iterdir() if (p / "run.json").exists()
+                  and re.fullmatch(rf"({stems})_s\d+", p.name)) if Path(out) != HERE else []  # any seed of the set
+    fresh = [S.summarize(d) for d in dirs]
+    if write:
+        S.save_summaries(fresh, "lag")
+        rows = S.load_summaries("lag")
+        S.write_block(S.set_tables(rows), "lag-table")
+        S.write_block(S.mitigation_table(rows), "mitigations-table")
+        print(f"wrote {len(fresh)} summaries; tables of {len(rows)} runs written into sample_runs/README.md")
+        return 0
+    names = {r["name"] for r in fresh}
+    rows = fresh + [r for r in S.load_summaries("lag") if r["name"] not in names]
+    print(S.set_tables(rows) + "\n\n" + S.mitigation_table(rows))
+    return 0
 
 
 def _written(out: str, table: dict) -> list[Path]:
