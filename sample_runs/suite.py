@@ -217,8 +217,8 @@ def lag_table(out: str, table: dict, write: bool) -> int:
     import summarize as S
 
     stems = "|".join(LAG_RUNS)
-    dirs = sorted(p for p in Path(out).iterdir() if (p / "run.json").exists()
-                  and re.fullmatch(rf"({stems})_s\d+", p.name)) if Path(out) != HERE else []  # any seed of the set
+    dirs = sorted(p for p in Path(out).iterdir() if re.fullmatch(rf"({stems})_s\d+", p.name)  # any seed of the set
+                  and _finished(p)) if Path(out) != HERE else []
     fresh = [S.summarize(d) for d in dirs]
     if write:
         S.save_summaries(fresh, "lag")
@@ -231,6 +231,13 @@ def lag_table(out: str, table: dict, write: bool) -> int:
     rows = fresh + [r for r in S.load_summaries("lag") if r["name"] not in names]
     print(S.set_tables(rows) + "\n\n" + S.mitigation_table(rows))
     return 0
+
+
+def _finished(run: Path) -> bool:
+    """A run store whose training finished (a run still being written is not summarised)."""
+    import json
+
+    return (run / "run.json").exists() and json.loads((run / "run.json").read_text()).get("status") == "finished"
 
 
 def _written(out: str, table: dict) -> list[Path]:

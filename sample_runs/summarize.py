@@ -179,8 +179,9 @@ def load_summaries(which: str) -> list[dict]:
 
 
 def _seed_order(rows: list[dict]) -> list[dict]:
-    order = {a: i for i, a in enumerate(dict.fromkeys(arm(r) for r in rows))}
-    return sorted(rows, key=lambda r: (r.get("seed") or 0, order[arm(r)]))
+    """Seed-major, the arms of a seed in MITIGATION_ARMS order (others after them, by name)."""
+    order = {stem: i for i, (stem, _) in enumerate(MITIGATION_ARMS)}
+    return sorted(rows, key=lambda r: (r.get("seed") or 0, order.get(_stem(r["name"]), len(order)), r["name"]))
 
 
 def rows_from_table(markdown: str) -> list[dict]:
