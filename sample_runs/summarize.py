@@ -269,6 +269,7 @@ def mitigation_table(rows: list[dict]) -> str:
                    f"| {fmt(float(np.median([r['final'] for r in rs])))} | {float(np.median(diff)):+.2f} "
                    f"| {fmt(float(np.median(got)), '.0f') if got else '-'} ({len(reach) - len(got)}) "
                    f"| {acts or ('none' if stem == 'cispo_lag1_auto' else '')} |")
+    reading = _reading(by, plain_seeds)
     stems = [stem for stem, _ in MITIGATION_ARMS if any((stem, s) in by for s in plain_seeds)]
     out += ["", "| seed | " + " | ".join(dict(MITIGATION_ARMS)[s] for s in stems) + " |",
             "|---|" + "---|" * len(stems)]
@@ -280,7 +281,29 @@ def mitigation_table(rows: list[dict]) -> str:
                          + (f" (collapse {r['collapse']})" if r["collapse"] is not None else "")
                          + (f" (decline {r['decline']})" if r.get("decline") is not None else ""))
         out.append(f"| {seed} | " + " | ".join(cells) + " |")
-    return "\n".join(out)
+    return "\n".join(out + ([""] + reading if reading else []))
+
+
+ALWAYS_ON_STEMS = ("cispo_nalis_lag1", "cispo_opsm_lag1", "cispo_tis_lag1")
+
+
+def _reading(by: dict, seeds: list[int]) -> list[str]:
+    """The comparison in words, generated with the table: each always-on arm against the closed loop on the seeds
+    both have (median final, and on how many seeds the loop ends lower)."""
+    loop = {s: by[("cispo_lag1_auto", s)]["final"] for s in seeds if ("cispo_lag1_auto", s) in by}
+    if not loop:
+        return []
+    out = []
+    for stem in ALWAYS_ON_STEMS:
+        both = [s for s in loop if (stem, s) in by]
+        if not both:
+            continue
+        arm_final = [by[(stem, s)]["final"] for s in both]
+        lower = sum(loop[s] < by[(stem, s)]["final"] for s in both)
+        out.append(f"- {dict(MITIGATION_ARMS)[stem]}: median final {fmt(float(np.median(arm_final)))} against the "
+                   f"loop's {fmt(float(np.median([loop[s] for s in both])))} on the same {len(both)} seed(s); the "
+                   f"loop ends lower on {lower} of them.")
+    return out
 
 
 def write_block(text: str, block: str) -> str:

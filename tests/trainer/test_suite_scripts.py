@@ -130,6 +130,9 @@ def test_mitigation_table_follows_its_definitions() -> None:
     assert cells["+ --auto-stabilize default"][7] == "3: 15 rollback, 15 nalis_mask"
     assert cells["3"] == ["0.40 / 0.10 (collapse 20)", "0.60 / 0.60", "0.45 / 0.45"]
     assert cells["8"][1] == "0.25 / 0.05 (decline 20)" and "13" not in cells
+    # the reading: each always-on arm against the loop on the seeds both have (seed 3 only: 0.60 against 0.45)
+    assert lines[-1] == ("- + truncated IS, C = 2: median final 0.60 against the loop's 0.45 on the same 1 seed(s); "
+                         "the loop ends lower on 1 of them.")
 
 
 def test_committed_rows_round_trip_through_summaries(tmp_path, monkeypatch) -> None:
