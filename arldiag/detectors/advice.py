@@ -79,6 +79,32 @@ def dual_clip(cfg: Config) -> str | None:
     return f"dual_clip_c {v:g}" if v is not None and v > 1 else None
 
 
+def always_on_correction(cfg: Config) -> str | None:
+    """An off-policy correction on from step 0: truncated IS or the off-policy sequence mask (the reference
+    trainer's tis_cap / opsm_delta, verl's rollout_correction, TRL's vllm_importance_sampling_correction)."""
+    tis = _num(cfg, "tis_cap", "vllm_importance_sampling_cap", "tis_imp_ratio_cap")
+    on = tis is not None and tis > 0 and cfg.get("vllm_importance_sampling_correction", True) is not False
+    if cfg.get("rollout_is") in ("token", "sequence"):  # verl: the level switches it on, the threshold bounds it
+        on, tis = True, _num(cfg, "rollout_is_threshold") or 2.0
+    if on:
+        return f"truncated IS (cap {tis:g})"
+    opsm = _num(cfg, "opsm_delta", "off_policy_sequence_mask_delta")
+    return f"off-policy sequence mask (delta {opsm:g})" if opsm is not None else None
+
+
+# The lag set's comparison (sample_runs/README.md, "Always-on mitigations against the closed loop"): on its held-out
+# seeds each correction on from step 0 ended higher than the closed loop (which switches the mask on only once the
+# alert turns critical), the off-policy sequence mask highest. Each trainer's own setting, with its value; verl and
+# TRL ship truncated IS rather than the sequence mask.
+ALWAYS_ON = ("switch on an off-policy correction from step 0: the off-policy sequence mask of DeepSeek-V3.2 "
+             "(ms-swift off_policy_sequence_mask_delta, slime --use-opsm --opsm-delta; the reference trainer "
+             "--opsm-delta 0.03) or, in verl and TRL, truncated IS (verl "
+             "algorithm.rollout_correction.rollout_is=token with rollout_is_threshold=2.0 and "
+             "actor_rollout_ref.rollout.calculate_log_probs=True; TRL vllm_importance_sampling_correction=True with "
+             "vllm_importance_sampling_cap=2.0; the reference trainer --tis-cap 2); what the closed loop "
+             "(--auto-stabilize default) adds is a rollback and the mask for a run that did not start with them")
+
+
 @dataclass(frozen=True)
 class Remedy:
     text: str
@@ -91,8 +117,10 @@ def _r(text, has=None, instead=None) -> Remedy:
 
 
 LOWER_LR = _r("lower the learning rate")
+CORRECT_FROM_START = _r(ALWAYS_ON, always_on_correction, None)
 REMEDIES: dict[str, tuple[Remedy, ...]] = {
     "neg_adv_low_is": (
+        CORRECT_FROM_START,
         _r("mask negative-advantage low-IS sequences (SAMPO / DeepSeek-V3.2 off-policy mask, delta 0.05-0.223)",
            nalis_mask, "tighten the negative-advantage low-IS mask ({has}: a smaller delta masks more)"),
         _r("switch to sequence-level clipping (GSPO)", seq_clip, None),
@@ -100,7 +128,7 @@ REMEDIES: dict[str, tuple[Remedy, ...]] = {
     "clip_pressure": (LOWER_LR, _r("use fewer mini-batches per step"),
                       _r("use sequence-level clipping (GSPO)", seq_clip, None),
                       _r("mask negative-advantage low-IS sequences", nalis_mask, None)),
-    "ppo_kl_spike": (_r("inspect the top-KL sequences"), LOWER_LR,
+    "ppo_kl_spike": (_r("inspect the top-KL sequences"), CORRECT_FROM_START, LOWER_LR,
                      _r("add gradient clipping", grad_clip, "lower the gradient-norm clip ({has})"),
                      _r("mask negative-advantage low-IS sequences", nalis_mask,
                         "tighten the negative-advantage low-IS mask ({has})")),
@@ -139,7 +167,7 @@ REMEDIES: dict[str, tuple[Remedy, ...]] = {
                           "settings) before resuming"),),
     "success_collapse": (_r("roll back to the last checkpoint before the first warning and apply the leading "
                             "detectors' recommendations"),),
-    "mismatch_drift": (_r("use truncated IS (TIS, C = 2) or masked IS (IcePop, [0.5, 5])"),
+    "mismatch_drift": (CORRECT_FROM_START, _r("masked IS (IcePop: drop tokens whose ratio is outside [0.5, 5])"),
                        _r("align engine and trainer precision/kernels"),
                        _r("check the sequences with the largest mismatch")),
     "retok_drift": (_r("pass token ids through (token-in-token-out) instead of re-tokenizing text between turns",
