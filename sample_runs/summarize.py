@@ -240,7 +240,7 @@ def _stem(name: str) -> str:
 def reach_step(r: dict, level: float) -> int | None:
     """The first evaluated step at which the run's eval success reached ``level`` (None: never)."""
     for step, y in zip(r.get("eval_steps", []), r.get("eval_success", [])):
-        if y is not None and y >= level - 1e-9:
+        if y is not None and y >= level - 1e-6:  # the summaries keep 6 decimals (eval success is k / 128)
             return int(step)
     return None
 

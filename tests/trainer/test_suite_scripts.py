@@ -159,3 +159,9 @@ def test_committed_rows_round_trip_through_summaries(tmp_path, monkeypatch) -> N
     assert "| cispo_lag1_s3 | heldout | 0.24 | 0.50 (50) | 0.30 |" in new and "cispo_lag1_s3" not in old
     assert "| cispo_nalis_lag1_s3 |" in old
     assert "<!-- mitigations-table:start -->" in body and "| plain CISPO | 1 |" in body
+
+
+def test_reach_step_reads_the_rounded_curve_of_a_summary() -> None:
+    # eval success 89/128 = 0.6953125 is kept as 0.695312 in a summary; the run still reached its own peak
+    r = dict(eval_steps=[0, 10, 20], eval_success=[0.2, round(89 / 128, 6), 0.5])
+    assert summarize.reach_step(r, 89 / 128) == 10 and summarize.reach_step(r, 0.7) is None
