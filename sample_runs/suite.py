@@ -9,7 +9,8 @@
                                                           # --auto-stabilize
 
 Training never edits the project's files: the committed tables of sample_runs/README.md change only with
-``table --write``.
+``table --write``. The lag set's tables are built from committed per-run summaries (sample_runs/summaries/lag/), so a
+later round adds seeds with ``table --set lag --out DIR --write`` without losing the rows trained before.
 
 Seeds 0-2 are the dev split and seeds 3-4 the held-out split (run.json config.split, written by the trainer):
 detector thresholds may be tuned on dev runs only. Every run of the suite shares SETTING; runs differ only in the
@@ -19,6 +20,7 @@ algorithm (its preset), the seed, and for ``cispo_nalis`` the negative-advantage
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import subprocess
 import sys
@@ -71,12 +73,22 @@ STRESS_RUNS: dict[str, tuple[str, dict]] = {
 # to the reference 0.5 -> 4.3 and the share of turns below the clip band 0.007 -> 0.04 over steps 136-146, format
 # broken at 156). At lr 2e-4 two of three pilot seeds
 # broke within 40 steps and at 1.5e-4 neither of two broke in 200, so the set sits between.
-LAG = dict(SETTING, lr=1.75e-4, rollout_lag=1)
+# Every run of the set starts from one warm start, the package's shipped one (bc_seed 0: arldiag/trainer/warm_starts),
+# so `suite.py run --set lag` starts from the same weights on any machine; rows trained before it was shipped used a
+# per-seed warm start cloned on the machine that trained them (sample_runs/README.md says which rows are which).
+LAG = dict(SETTING, lr=1.75e-4, rollout_lag=1, bc_seed=0)
+# The always-on mitigations trainers ship, each from step 0, against the closed loop (issue 29): the OPSM delta 0.03
+# nats is the 90th percentile of the per-sample drift mean(lp_rollout - lp) over the first 30 steps of a plain lag run
+# (seed 73: 0.034; the median is 0.000), so the mask drops the stale tail (14-28 % of the negative-advantage samples
+# over steps 0-100) rather than half of them (3e-3 drops 44-50 %: the lag makes the drift symmetric noise of that
+# size); TIS's cap C = 2 is verl's rollout_is_threshold and TRL's vllm_importance_sampling_cap default.
 LAG_RUNS: dict[str, tuple[str, dict]] = {
     "cispo_lag1": ("cispo", {}),
-    "cispo_nalis_lag1": ("cispo", {"nalis_mask": True, "nalis_delta": 3e-3}),  # the suite's mask, same staleness
-    "sampo_lag1": ("sampo", {}),  # SAMPO under the same staleness (does it stay stable where CISPO broke?)
     "cispo_lag1_auto": ("cispo", {"auto_stabilize": "default"}),  # the closed loop on the same runs
+    "cispo_nalis_lag1": ("cispo", {"nalis_mask": True, "nalis_delta": 3e-3}),  # the suite's mask, same staleness
+    "cispo_opsm_lag1": ("cispo", {"opsm_delta": 0.03}),  # DeepSeek-V3.2's off-policy sequence mask, from step 0
+    "cispo_tis_lag1": ("cispo", {"tis_cap": 2.0}),  # truncated importance sampling (verl, TRL), from step 0
+    "sampo_lag1": ("sampo", {}),  # SAMPO under the same staleness (does it stay stable where CISPO broke?)
 }
 
 # --set NAME -> (setting, runs, the README table block)
@@ -165,6 +177,8 @@ def main(argv: list[str]) -> int:
         for name, args in table.items():
             print(shlex.join(args))
         return 0
+    if a.what == "table" and a.set == "lag":
+        return lag_table(a.out, table, a.write)
     if a.what == "table":
         from summarize import summarize, tables, write_table  # sample_runs/summarize.py, next to this file
 
@@ -193,6 +207,37 @@ def main(argv: list[str]) -> int:
 
         print(tables([summarize(d) for d in _written(a.out, table)]))
     return 1 if failed else 0
+
+
+def lag_table(out: str, table: dict, write: bool) -> int:
+    """The lag set's tables come from the committed per-run summaries (sample_runs/summaries/lag/NAME.json: its run
+    stores are too big to commit). With --out DIR, the runs trained there are summarised first; --write saves those
+    summaries (replacing the rows of the same names) and rewrites the lag-table and mitigations-table blocks of
+    sample_runs/README.md from every summary; without --write nothing is written."""
+    import summarize as S
+
+    stems = "|".join(LAG_RUNS)
+    dirs = sorted(p for p in Path(out).iterdir() if re.fullmatch(rf"({stems})_s\d+", p.name)  # any seed of the set
+                  and _finished(p)) if Path(out) != HERE else []
+    fresh = [S.summarize(d) for d in dirs]
+    if write:
+        S.save_summaries(fresh, "lag")
+        rows = S.load_summaries("lag")
+        S.write_block(S.set_tables(rows), "lag-table")
+        S.write_block(S.mitigation_table(rows), "mitigations-table")
+        print(f"wrote {len(fresh)} summaries; tables of {len(rows)} runs written into sample_runs/README.md")
+        return 0
+    names = {r["name"] for r in fresh}
+    rows = fresh + [r for r in S.load_summaries("lag") if r["name"] not in names]
+    print(S.set_tables(rows) + "\n\n" + S.mitigation_table(rows))
+    return 0
+
+
+def _finished(run: Path) -> bool:
+    """A run store whose training finished (a run still being written is not summarised)."""
+    import json
+
+    return (run / "run.json").exists() and json.loads((run / "run.json").read_text()).get("status") == "finished"
 
 
 def _written(out: str, table: dict) -> list[Path]:

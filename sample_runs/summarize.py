@@ -27,7 +27,7 @@ EARLY, EARLY_POINTS = 150, 0.25  # the issue's learning check: +25 points of eva
 
 def summarize(run_dir: Path) -> dict:
     import arldiag
-    from arldiag.detectors.label import collapse_step_of
+    from arldiag.detectors.label import collapse_step_of, run_decline
     from arldiag.report.data import actions_frame
 
     run = arldiag.open_run(str(run_dir))
@@ -41,7 +41,9 @@ def summarize(run_dir: Path) -> dict:
     col = lambda name: df[name].to_numpy(float) if name in df else np.full(len(df), np.nan)  # noqa: E731
     steps = df["step"].to_numpy(int)
     numeric = [c for c in df.columns if c != "step" and df[c].dtype.kind in "fiub"]
-    collapse = collapse_step_of(steps, {c: df[c].to_numpy(float) for c in numeric})
+    columns = {c: df[c].to_numpy(float) for c in numeric}
+    collapse = collapse_step_of(steps, columns)
+    decline = run_decline(steps, columns)
     ev = col("eval_success")
     ev_steps = steps[np.isfinite(ev)]
     ev = ev[np.isfinite(ev)]
@@ -65,7 +67,11 @@ def summarize(run_dir: Path) -> dict:
                 valid_end=float(np.nanmean(valid[-10:])), kl_max=float(np.nanmax(col("kl_ref_k3"))),
                 nalis_peak=float(np.nanmax(nalis)) if np.isfinite(nalis).any() else float("nan"),
                 share_peak=float(np.nanmax(share)) if np.isfinite(share).any() else float("nan"), nalis_lead=lead,
-                wall_min=int(wall.group(1)) / 60 if wall else float("nan"))
+                wall_min=int(wall.group(1)) / 60 if wall else float("nan"),
+                # for the comparison tables (summaries/): the warm start, the always-on corrections, the curve
+                decline=decline, warm_start=cfg.get("warm_start"), nalis_delta=cfg.get("nalis_delta"),
+                opsm_delta=cfg.get("opsm_delta"), tis_cap=cfg.get("tis_cap"),
+                eval_steps=[int(x) for x in ev_steps], eval_success=[round(float(x), 6) for x in ev])
 
 
 def stress_pairs(rows: list[dict]) -> str:
@@ -108,11 +114,13 @@ def tables(rows: list[dict]) -> str:
                 "| collapsed at all | median peak | median final |", "|---|---|---|---|---|---|---|---|"]
     groups: dict[str, list[dict]] = {}
     for r in rows:
-        groups.setdefault(r["algo"] + (" + mask" if r["nalis_mask"] and r["algo"] != "sampo" else "")
-                          + (f" + auto-stabilize {r['auto']}" if r.get("auto") else ""), []).append(r)
+        groups.setdefault(arm(r), []).append(r)
     for name, rs in groups.items():
         learned = sum(r["peak"] - r["start"] >= LEARN_POINTS for r in rs)
-        early = sum(r.get("gain150", float("nan")) >= EARLY_POINTS for r in rs)
+        gains = [r.get("gain150") for r in rs]
+        early = sum(g is not None and g >= EARLY_POINTS for g in gains)
+        unknown = sum(g is None for g in gains)  # rows kept from a table that did not record it
+        early = f"{early} ({unknown} unknown)" if unknown else early
         late = sum(r["collapse"] is not None and r["collapse"] > LATE_COLLAPSE for r in rs)
         anyc = sum(r["collapse"] is not None for r in rs)
         out.append(f"| {name} | {len(rs)} | {learned} | {early} | {late} | {anyc} | {fmt(float(np.median([r['peak'] for r in rs])))} "
@@ -121,6 +129,196 @@ def tables(rows: list[dict]) -> str:
     if pairs.count("\n") > 1:
         out += ["", pairs]
     return "\n".join(out)
+
+
+def arm(r: dict) -> str:
+    """The row's arm: its algorithm and what was added to it (the mask, the always-on corrections, the loop)."""
+    return (r["algo"] + (" + mask" if r["nalis_mask"] and r["algo"] != "sampo" else "")
+            + (f" + opsm {r['opsm_delta']:g}" if r.get("opsm_delta") is not None else "")
+            + (f" + tis {r['tis_cap']:g}" if r.get("tis_cap") is not None else "")
+            + (f" + auto-stabilize {r['auto']}" if r.get("auto") else ""))
+
+
+# --- per-run summaries (summaries/SET/NAME.json): the tables of the sets whose run stores are too big to commit -------
+SUMMARIES = HERE / "summaries"
+
+
+def _plain(x):
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    return x
+
+
+def save_summaries(rows: list[dict], which: str) -> list[Path]:
+    """Write one summary per row to summaries/WHICH/NAME.json (a later retraining of NAME replaces its row)."""
+    folder = SUMMARIES / which
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for r in rows:
+        path = folder / f"{r['name']}.json"
+        path.write_text(json.dumps(_plain(r), indent=1, sort_keys=True) + "\n")
+        out.append(path)
+    return out
+
+
+def load_summaries(which: str) -> list[dict]:
+    rows = []
+    for path in sorted((SUMMARIES / which).glob("*.json")):
+        r = json.loads(path.read_text())
+        for key in ("start", "peak", "final", "valid_end", "kl_max", "nalis_peak", "share_peak", "wall_min"):
+            r[key] = float("nan") if r.get(key) is None else float(r[key])
+        r["actions"] = [tuple(a) for a in r.get("actions", [])]
+        rows.append(r)
+    return rows
+
+
+def _seed_order(rows: list[dict]) -> list[dict]:
+    """Seed-major, the arms of a seed in MITIGATION_ARMS order (others after them, by name)."""
+    order = {stem: i for i, (stem, _) in enumerate(MITIGATION_ARMS)}
+    return sorted(rows, key=lambda r: (r.get("seed") or 0, order.get(_stem(r["name"]), len(order)), r["name"]))
+
+
+def rows_from_table(markdown: str) -> list[dict]:
+    """The per-run rows of a generated table (``tables``' first table) as summaries marked ``legacy``: how rows whose
+    run stores are gone enter summaries/ (the +25-within-150 gain is known only when the peak came by step 150)."""
+    out = []
+    for line in markdown.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if len(cells) != 12 or not re.fullmatch(r"\w+_s\d+", cells[0]):
+            continue
+        num = lambda x: None if x in ("-", "none") else float(x)  # noqa: E731
+        name = cells[0]
+        peak, peak_step = re.fullmatch(r"([\d.]+) \((\d+)\)", cells[3]).groups()
+        start, peak, peak_step = num(cells[2]), float(peak), int(peak_step)
+        collapse, lead = num(cells[5]), num(cells[10])
+        out.append(dict(
+            legacy=True, name=name, algo=name.split("_")[0], seed=int(name.rsplit("_s", 1)[1]), split=cells[1],
+            nalis_mask=name.startswith("sampo") or "_nalis_" in name, auto=None, actions=[], steps=200,
+            start=start, peak=peak, peak_step=peak_step, final=num(cells[4]),
+            collapse=None if collapse is None else int(collapse), valid_end=num(cells[6]), kl_max=num(cells[7]),
+            nalis_peak=num(cells[8]), share_peak=num(cells[9]), nalis_lead=None if lead is None else int(lead),
+            wall_min=num(cells[11]), gain150=round(peak - start, 6) if peak_step <= EARLY else None,
+            decline=None, warm_start=None))
+    return out
+
+
+def set_tables(rows: list[dict]) -> str:
+    """The lag set's block: the rows trained from the shipped warm start, then (a separate table, never pooled with
+    them) the rows kept from the earlier per-seed warm starts."""
+    new = _seed_order([r for r in rows if not r.get("legacy")])
+    old = _seed_order([r for r in rows if r.get("legacy")])
+    parts = []
+    if new:
+        prints = sorted({(r.get("warm_start") or {}).get("fingerprint") or "?" for r in new})
+        parts += [f"Trained from the shipped warm start ({', '.join(prints)}):", "", tables(new)]
+    if old:
+        parts += ["", "Trained from the earlier per-seed warm starts (cloned on the machine that trained them; "
+                      "their run stores are not kept, so these rows come from the table they were first written "
+                      "to and do not retrain exactly; their set figures are recomputed from its two-decimal values, "
+                      "so a median can differ by 0.01 and a borderline count by one from those first written, and "
+                      "the +25-within-150 count is unknown where the peak came after step 150):", "", tables(old)]
+    return "\n".join(parts).strip()
+
+
+# the comparison of issue 29: the arms in this order, named by their run-name stem
+MITIGATION_ARMS = (("cispo_lag1", "plain CISPO"), ("cispo_nalis_lag1", "+ low-IS mask (ARLArena), delta 3e-3"),
+                   ("cispo_opsm_lag1", "+ off-policy sequence mask (DeepSeek-V3.2), delta 0.03"),
+                   ("cispo_tis_lag1", "+ truncated IS, C = 2"), ("cispo_lag1_auto", "+ --auto-stabilize default"),
+                   ("sampo_lag1", "SAMPO"))
+
+
+def _stem(name: str) -> str:
+    return re.sub(r"_s\d+$", "", name)
+
+
+def reach_step(r: dict, level: float) -> int | None:
+    """The first evaluated step at which the run's eval success reached ``level`` (None: never)."""
+    for step, y in zip(r.get("eval_steps", []), r.get("eval_success", [])):
+        if y is not None and y >= level - 1e-6:  # the summaries keep 6 decimals (eval success is k / 128)
+            return int(step)
+    return None
+
+
+def mitigation_table(rows: list[dict]) -> str:
+    """Per arm, over the held-out seeds trained from the shipped warm start: collapses, declines, median peak and
+    final eval success, steps to reach the plain run's peak (same seed), and the loop's actions; then per seed."""
+    rows = [r for r in rows if not r.get("legacy") and r.get("split") == "heldout" and _stem(r["name"]) in dict(MITIGATION_ARMS)]
+    by = {(_stem(r["name"]), r["seed"]): r for r in rows}
+    plain_seeds = sorted(s for stem, s in by if stem == "cispo_lag1")
+    if not plain_seeds:
+        return "(no held-out plain run trained from the shipped warm start yet)"
+    out = ["| arm | seeds | collapsed | declined | median peak | median final | final - plain's final, median "
+           "| steps to reach plain's peak: median (never) | actions of the loop (seed: step action) |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for stem, label in MITIGATION_ARMS:
+        rs = [by[(stem, s)] for s in plain_seeds if (stem, s) in by]
+        if not rs:
+            continue
+        reach = [reach_step(r, by[("cispo_lag1", r["seed"])]["peak"]) for r in rs]
+        got = [x for x in reach if x is not None]
+        diff = [r["final"] - by[("cispo_lag1", r["seed"])]["final"] for r in rs]
+        acts = "; ".join(f"{r['seed']}: " + ", ".join(f"{s} {a}" for s, a in r["actions"]) for r in rs if r["actions"])
+        out.append(f"| {label} | {len(rs)} | {sum(r['collapse'] is not None for r in rs)} "
+                   f"| {sum(r.get('decline') is not None for r in rs)} | {fmt(float(np.median([r['peak'] for r in rs])))} "
+                   f"| {fmt(float(np.median([r['final'] for r in rs])))} | {float(np.median(diff)):+.2f} "
+                   f"| {fmt(float(np.median(got)), '.0f') if got else '-'} ({len(reach) - len(got)}) "
+                   f"| {acts or ('none' if stem == 'cispo_lag1_auto' else '')} |")
+    reading = _reading(by, plain_seeds)
+    stems = [stem for stem, _ in MITIGATION_ARMS if any((stem, s) in by for s in plain_seeds)]
+    out += ["", "| seed | " + " | ".join(dict(MITIGATION_ARMS)[s] for s in stems) + " |",
+            "|---|" + "---|" * len(stems)]
+    for seed in plain_seeds:
+        cells = []
+        for stem in stems:
+            r = by.get((stem, seed))
+            cells.append("-" if r is None else f"{fmt(r['peak'])} / {fmt(r['final'])}"
+                         + (f" (collapse {r['collapse']})" if r["collapse"] is not None else "")
+                         + (f" (decline {r['decline']})" if r.get("decline") is not None else ""))
+        out.append(f"| {seed} | " + " | ".join(cells) + " |")
+    return "\n".join(out + ([""] + reading if reading else []))
+
+
+ALWAYS_ON_STEMS = ("cispo_nalis_lag1", "cispo_opsm_lag1", "cispo_tis_lag1")
+
+
+def _reading(by: dict, seeds: list[int]) -> list[str]:
+    """The comparison in words, generated with the table: each always-on arm against the closed loop on the seeds
+    both have (median final, and on how many seeds the loop ends lower)."""
+    loop = {s: by[("cispo_lag1_auto", s)]["final"] for s in seeds if ("cispo_lag1_auto", s) in by}
+    if not loop:
+        return []
+    out = []
+    for stem in ALWAYS_ON_STEMS:
+        both = [s for s in loop if (stem, s) in by]
+        if not both:
+            continue
+        arm_final = [by[(stem, s)]["final"] for s in both]
+        lower = sum(loop[s] < by[(stem, s)]["final"] for s in both)
+        out.append(f"- {dict(MITIGATION_ARMS)[stem]}: median final {fmt(float(np.median(arm_final)))} against the "
+                   f"loop's {fmt(float(np.median([loop[s] for s in both])))} on the same {len(both)} seed(s); the "
+                   f"loop ends lower on {lower} of them.")
+    return out
+
+
+def write_block(text: str, block: str) -> str:
+    """Replace the generated block ``<!-- BLOCK:start -->...<!-- BLOCK:end -->`` of sample_runs/README.md (appended
+    when absent)."""
+    START, END = f"<!-- {block}:start -->", f"<!-- {block}:end -->"
+    readme = HERE / "README.md"
+    body = readme.read_text()
+    new = f"{START}\n{text}\n{END}"
+    if START in body and END in body:
+        body = body[:body.index(START)] + new + body[body.index(END) + len(END):]
+    else:
+        body = body.rstrip() + "\n\n" + new + "\n"
+    readme.write_text(body)
+    return text
 
 
 def suite_runs() -> list[Path]:
@@ -135,17 +333,7 @@ def suite_runs() -> list[Path]:
 def write_table(dirs: list[Path] | None = None, block: str = "suite-table") -> str:
     """Replace the generated block ``<!-- BLOCK:start -->...<!-- BLOCK:end -->`` of sample_runs/README.md (appended
     when absent); returns the block's text."""
-    START, END = f"<!-- {block}:start -->", f"<!-- {block}:end -->"
-    text = tables([summarize(d) for d in (dirs or suite_runs())])
-    readme = HERE / "README.md"
-    body = readme.read_text()
-    block = f"{START}\n{text}\n{END}"
-    if START in body and END in body:
-        body = body[:body.index(START)] + block + body[body.index(END) + len(END):]
-    else:
-        body = body.rstrip() + "\n\n" + block + "\n"
-    readme.write_text(body)
-    return text
+    return write_block(tables([summarize(d) for d in (dirs or suite_runs())]), block)
 
 
 def main(argv: list[str]) -> None:

@@ -80,6 +80,32 @@ def dual_clip(cfg: Config) -> str | None:
     return f"dual_clip_c {v:g}" if v is not None and v > 1 else None
 
 
+def always_on_correction(cfg: Config) -> str | None:
+    """An off-policy correction on from step 0: truncated IS or the off-policy sequence mask (the reference
+    trainer's tis_cap / opsm_delta, verl's rollout_correction, TRL's vllm_importance_sampling_correction)."""
+    tis = _num(cfg, "tis_cap", "vllm_importance_sampling_cap", "tis_imp_ratio_cap")
+    on = tis is not None and tis > 0 and cfg.get("vllm_importance_sampling_correction", True) is not False
+    if cfg.get("rollout_is") in ("token", "sequence"):  # verl: the level switches it on, the threshold bounds it
+        on, tis = True, _num(cfg, "rollout_is_threshold") or 2.0
+    if on:
+        return f"truncated IS (cap {tis:g})"
+    opsm = _num(cfg, "opsm_delta", "off_policy_sequence_mask_delta")
+    return f"off-policy sequence mask (delta {opsm:g})" if opsm is not None else None
+
+
+# The lag set's comparison (sample_runs/README.md, "Always-on mitigations against the closed loop"): on its held-out
+# seeds each correction on from step 0 ended higher than the closed loop (which switches the mask on only once the
+# alert turns critical), the off-policy sequence mask highest. Each trainer's own setting, with its value; verl and
+# TRL ship truncated IS rather than the sequence mask.
+ALWAYS_ON = ("switch on an off-policy correction from step 0: the off-policy sequence mask of DeepSeek-V3.2 "
+             "(ms-swift off_policy_sequence_mask_delta, slime --use-opsm --opsm-delta; the reference trainer "
+             "--opsm-delta 0.03) or, in verl and TRL, truncated IS (verl "
+             "algorithm.rollout_correction.rollout_is=token with rollout_is_threshold=2.0 and "
+             "actor_rollout_ref.rollout.calculate_log_probs=True; TRL vllm_importance_sampling_correction=True with "
+             "vllm_importance_sampling_cap=2.0; the reference trainer --tis-cap 2); what the closed loop "
+             "(--auto-stabilize default) adds is a rollback and the mask for a run that did not start with them")
+
+
 @dataclass(frozen=True)
 class Remedy:
     text: str
@@ -89,6 +115,8 @@ class Remedy:
 
 # the most common remedy, shared by several detectors' declarations
 LOWER_LR = Remedy("lower the learning rate")
+# off-policy findings: a correction on from step 0 first (ALWAYS_ON), unless the run has one
+CORRECT_FROM_START = Remedy(ALWAYS_ON, always_on_correction, None)
 
 
 def settings_of(manifest: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 
-from arldiag.detectors.advice import LOWER_LR, Remedy, grad_clip, kl_loss, nalis_mask, seq_clip
+from arldiag.detectors.advice import (CORRECT_FROM_START, LOWER_LR, Remedy, grad_clip, kl_loss, nalis_mask,
+                                      seq_clip)
 from arldiag.detectors.base import Detector, Signal
 from arldiag.detectors.context import outcome_of
 from arldiag.detectors.window import (count_finite, early_baseline, first_available, grade_above, prior_median,
@@ -50,7 +51,7 @@ PPO_KL_SPIKE = Detector(
     rule_doc=("x = ppo_kl_k3 = mean_t (r - log r - 1) (fallback |ppo_kl|, verl's k1). level = max(grade(x_t / "
               "max(prior_median(x), floor), ratio_levels) if x_t >= min_value and at least min_history prior steps, "
               "grade(x_t, abs_levels)). The floor keeps chance ten-fold jumps of a tiny KL (small batches) quiet."),
-    remedies=(Remedy("inspect the top-KL sequences"), LOWER_LR,
+    remedies=(Remedy("inspect the top-KL sequences"), CORRECT_FROM_START, LOWER_LR,
               Remedy("add gradient clipping", grad_clip, "lower the gradient-norm clip ({has})"),
               Remedy("mask negative-advantage low-IS sequences", nalis_mask,
                  "tighten the negative-advantage low-IS mask ({has})")),

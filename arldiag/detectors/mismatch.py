@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from arldiag.detectors.advice import Remedy, token_in_token_out
+from arldiag.detectors.advice import CORRECT_FROM_START, Remedy, token_in_token_out
 from arldiag.detectors.base import Detector, Signal, strongest
 from arldiag.detectors.window import (early_baseline, first_available, grade_above, growth_gated_level,
                                       tail_mean)
@@ -38,7 +38,7 @@ MISMATCH_DRIFT = Detector(
               "level = max(grade(mean_k(x), abs_levels) if ratio >= min_growth, grade(ratio, ratio_levels)) with ratio"
               " = mean_k(x) / max(base(x), floor), when mean_k(x) >= min_value (a constant offset is a known bias, not"
               " drift). Batch evidence: the sequences and stored tokens with the largest |lp_old - lp_roll|."),
-    remedies=(Remedy("use truncated IS (TIS, C = 2) or masked IS (IcePop, [0.5, 5])"),
+    remedies=(CORRECT_FROM_START, Remedy("masked IS (IcePop: drop tokens whose ratio is outside [0.5, 5])"),
               Remedy("align engine and trainer precision/kernels"),
               Remedy("check the sequences with the largest mismatch")),
     inputs=("mismatch_k3", "mismatch_chi2"),

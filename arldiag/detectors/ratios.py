@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from arldiag.detectors.advice import LOWER_LR, Remedy, nalis_mask, seq_clip
+from arldiag.detectors.advice import CORRECT_FROM_START, LOWER_LR, Remedy, nalis_mask, seq_clip
 from arldiag.detectors.base import Detector, Signal
 from arldiag.detectors.window import (early_baseline, first_available, grade_above, growth_gated_level, slope,
                                       tail_mean, tail_median)
@@ -67,6 +67,7 @@ NEG_ADV_LOW_IS = Detector(
               "sequence band, GSPO eps 3e-3, can hold a stable run at a high constant fraction); +1 level when "
               "mean_k(share) >= kl_share_min and >= kl_share_ratio * base(share)."),
     remedies=(
+        CORRECT_FROM_START,
         Remedy("mask negative-advantage low-IS sequences (SAMPO / DeepSeek-V3.2 off-policy mask, delta 0.05-0.223)",
                nalis_mask, "tighten the negative-advantage low-IS mask ({has}: a smaller delta masks more)"),
         Remedy("switch to sequence-level clipping (GSPO)", seq_clip, None),

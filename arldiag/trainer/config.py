@@ -57,6 +57,15 @@ class TrainConfig:
     cold_start_steps: int = _f(5, "steps at the start during which dynamic filtering keeps every group (ARLArena)")
     nalis_mask: Optional[bool] = _f(None, "negative-advantage low-IS sequence mask (any loss); default: on only for sampo")
     nalis_delta: float = _f(0.223, "mask a sample when mean A < 0 and mean(logp_old - logp) > delta (0.223: s_i < 0.8)")
+    opsm_delta: Optional[float] = _f(None, "off-policy sequence mask of DeepSeek-V3.2 (ms-swift off_policy_sequence_mask_delta, "
+                                     "slime --use-opsm --opsm-delta): drop a sample from the policy-gradient term when "
+                                     "mean A < 0 and mean(logp_rollout - logp) > delta, logp_rollout being the sampler's "
+                                     "own log-probs (the drift includes the rollout lag); unset: off")
+    tis_cap: Optional[float] = _f(None, "truncated importance sampling (verl algorithm.rollout_correction.rollout_is=token "
+                                  "with rollout_is_threshold; TRL vllm_importance_sampling_correction with "
+                                  "vllm_importance_sampling_cap): weight every token's loss by min(pi_old / pi_sampler, "
+                                  "C), correcting the sampler-trainer mismatch (here: the rollout lag); C = 2 is verl's "
+                                  "and TRL's default; unset: off")
     format_penalty: float = _f(0.1, "extra penalty subtracted from a turn's reward when its response is not a valid "
                                "action (every algorithm: one reward definition, so a broken format still has a gradient)")
     # --- rollout ---------------------------------------------------------------------------------------------------
@@ -102,7 +111,11 @@ class TrainConfig:
     bc_lr: float = _f(3e-3, "behaviour-cloning learning rate")
     bc_noise: float = _f(0.5, "share of demonstration turns whose action is uniformly random instead of the solver's "
                          "(a weak warm start leaves RL room to learn; environments without random_response ignore it)")
-    bc_cache: str = _f("~/.cache/arldiag/bc", "folder of cached behaviour-cloning checkpoints")
+    bc_seed: Optional[int] = _f(None, "seed of the behaviour-cloning warm start (its model initialisation, demonstrations "
+                                "and batches); unset: the run's seed. Runs that share it share one warm start, which "
+                                "the package may ship (arldiag/trainer/warm_starts: loaded, never retrained)")
+    bc_cache: str = _f("~/.cache/arldiag/bc", "folder of cached behaviour-cloning checkpoints (a warm start the "
+                       "package ships is loaded from the package instead)")
     # --- logging ---------------------------------------------------------------------------------------------------
     token_sample_rate: float = _f(0.05, "fraction of token rows the Collector keeps (sequence/step tables are complete)")
     save_model: bool = _f(False, "save the final policy under OUT/model")
@@ -116,6 +129,9 @@ class TrainConfig:
 
     def resolved_nalis_mask(self) -> bool:
         return (self.algo == "sampo") if self.nalis_mask is None else bool(self.nalis_mask)
+
+    def resolved_bc_seed(self) -> int:
+        return self.seed if self.bc_seed is None else int(self.bc_seed)
 
     def resolved_split(self) -> str:
         if self.split != "auto":
@@ -163,6 +179,12 @@ class TrainConfig:
             if self.monitor == "stop":
                 raise ValueError("auto_stabilize: use --monitor alert (or leave it off) with --auto-stabilize; "
                                  "the policy decides when to stop")
+        if self.opsm_delta is not None and self.opsm_delta < 0:
+            raise ValueError(f"opsm_delta must be >= 0 (or unset), got {self.opsm_delta!r}")
+        if self.tis_cap is not None and not self.tis_cap > 0:
+            raise ValueError(f"tis_cap must be > 0 (or unset), got {self.tis_cap!r}")
+        if self.bc_seed is not None and self.bc_seed < 0:
+            raise ValueError(f"bc_seed must be >= 0 (or unset), got {self.bc_seed!r}")
         if not 0.0 <= self.bc_noise <= 1.0:
             raise ValueError(f"bc_noise must be in [0, 1], got {self.bc_noise!r}")
         return self

@@ -91,7 +91,7 @@ def diagnostic_bands(cfg: TrainConfig) -> tuple[tuple[float, float], tuple[float
     return token, sequence
 
 
-def open_collector(cfg: TrainConfig, logp_old_source: str = "recompute") -> Any:
+def open_collector(cfg: TrainConfig, logp_old_source: str = "recompute", warm_start: Any = None) -> Any:
     import arldiag
 
     token_clip, seq_clip = diagnostic_bands(cfg)
@@ -100,6 +100,8 @@ def open_collector(cfg: TrainConfig, logp_old_source: str = "recompute") -> Any:
     config["injected_faults"] = cfg.injected_faults()
     config["split"] = cfg.resolved_split()
     config["logp_old_source"] = logp_old_source
+    # which behaviour-cloned weights the run started from (bc.WarmStart: fingerprint, shipped/cache/trained, sha256)
+    config["warm_start"] = warm_start.record() if warm_start is not None else None
     config["diagnostic_bands"] = {
         "token": list(token_clip), "sequence": list(seq_clip),
         "note": ("tolerant loss: ratios are diagnosed against the reference GRPO band, not the loss's own bounds"
@@ -213,19 +215,26 @@ def recompute_logp(model: Any, batch: Batch, idx: np.ndarray, cfg: TrainConfig, 
 
 
 def setup_policy(cfg: TrainConfig, env_factory: Callable[[], Any], layout: str, max_turns: int,
-                 log: Callable[[str], None]) -> tuple[Any, TokenCodec]:
+                 log: Callable[[str], None]) -> tuple[Any, TokenCodec, Any]:
+    """The policy, its codec and its warm start (bc.WarmStart, or None when not behaviour-cloned)."""
     if cfg.init not in ("bc", "scratch"):
         model, codec = load_pretrained(cfg.init)  # a checkpoint folder (save_pretrained) with its tokenizer
-        return model.to(device=cfg.device, dtype=torch.float32), codec
+        return model.to(device=cfg.device, dtype=torch.float32), codec, None
     from arldiag.trainer.bc import load_or_train_bc, solver_texts
 
     probe = env_factory()
     vocabulary = list(probe.vocabulary())
     merge_corpus = [resp for ep in solver_texts(env_factory, MERGE_DEMO_EPISODES, 12345, max_turns) for _, resp, _, _ in ep]
+    shared_bc = cfg.init == "bc" and cfg.bc_seed is not None
+    if shared_bc:  # the warm start's initialisation follows the BC seed, not the run's (one warm start, many runs)
+        torch.manual_seed(cfg.resolved_bc_seed())
     model, codec = build_policy(cfg, vocabulary, merge_corpus)
+    warm_start = None
     if cfg.init == "bc":
-        load_or_train_bc(model, codec, cfg, env_factory, vocabulary, layout, max_turns, log=log)
-    return model, codec
+        warm_start = load_or_train_bc(model, codec, cfg, env_factory, vocabulary, layout, max_turns, log=log)
+    if shared_bc:
+        torch.manual_seed(cfg.seed)  # the RL part is seeded by the run's seed
+    return model, codec, warm_start
 
 
 # --- sampler, evaluation --------------------------------------------------------------------------------------------
@@ -308,7 +317,7 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
     layout = resolve_layout(cfg, probe)
     max_turns = min(int(probe.max_turns), cfg.max_turns or int(probe.max_turns))
 
-    model, codec = setup_policy(cfg, env_factory, layout, max_turns, log)
+    model, codec, warm_start = setup_policy(cfg, env_factory, layout, max_turns, log)
     model.eval()  # no dropout: logp_old must equal the policy that sampled
     reference = copy.deepcopy(model).requires_grad_(False)
     sampler = LaggedSampler(model, cfg.rollout_dtype, cfg.rollout_lag)
@@ -321,7 +330,7 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
     history: list[dict[str, float]] = []
     next_sample_id = 0
     if collector is None:
-        collector = open_collector(cfg, logp_old_source)
+        collector = open_collector(cfg, logp_old_source, warm_start)
         save_tokenizer(codec, cfg.out)
     with collector as col:
         stabilizer = open_stabilizer(cfg, col, model, optimizer, sampler, log)
@@ -387,7 +396,9 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
                         lp_ref = logp_ref[rows][:, wcols].to(cfg.device)
                         adv = advantages[mb][:, wcols].to(cfg.device)
                         turn_tok = batch.turn_ids[mb][:, wcols].to(cfg.device)
-                        loss, stats = policy_loss(cfg, logp, lp_old, adv, mask, logp_ref=lp_ref, turn_ids=turn_tok)
+                        lp_roll = batch.logp_rollout[mb][:, wcols].to(cfg.device)  # the sampler's (OPSM, TIS)
+                        loss, stats = policy_loss(cfg, logp, lp_old, adv, mask, logp_ref=lp_ref, turn_ids=turn_tok,
+                                                  logp_rollout=lp_roll)
                         optimizer.zero_grad(set_to_none=True)
                         loss.backward()
                         grad_norm = torch.nn.utils.clip_grad_norm_(
@@ -411,7 +422,7 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
                         update_stats.append(stats)
                         col.record_update(step, update=update, logp=logp.detach(), logp_old=lp_old,
                                           advantages=adv[:, 0] if layout == "turn" else adv, response_mask=mask,
-                                          logp_ref=lp_ref, logp_rollout=batch.logp_rollout[mb][:, wcols],
+                                          logp_ref=lp_ref, logp_rollout=lp_roll,
                                           entropy=entropy, sample_ids=sample_ids[mb],
                                           turn_ids=batch.sample_turn[mb] if layout == "turn" else turn_tok,
                                           token_ids=batch.token_ids[mb][:, wcols])
@@ -483,6 +494,10 @@ def step_metrics(episodes: list[Episode], batch: Batch, keep_episode: np.ndarray
         "clipfrac_low": mean_of("clipfrac_low"),
         "clipfrac_high": mean_of("clipfrac_high"),
         "nalis_masked_frac": mean_of("nalis_masked_frac") if use_nalis else 0.0,
+        # the always-on corrections' own figures (losses.CORRECTIONS; 0 / weight 1 when off)
+        "opsm_masked_frac": mean_of("opsm_masked_frac"),
+        "tis_weight_mean": mean_of("tis_weight_mean"),
+        "tis_truncated_frac": mean_of("tis_truncated_frac"),
         "filtered_groups_frac": 1.0 - kept_groups / max(1, n_groups),
         "n_samples": float(batch.token_ids.shape[0]),
         "n_updates": float(len(update_stats)),

@@ -5,12 +5,15 @@ Every loss has the signature ``(logp, logp_old, advantages, mask, cfg, turn_ids=
 [B] or [B, T], ``mask`` [B, T] is 1 on policy-generated tokens. ``turn_ids`` [B, T] (turn index per token) is only
 read by ATPO. ``cfg`` is anything with the TrainConfig attributes the loss reads. ``stats`` are detached floats.
 
-The losses are minimised. ``aggregate`` applies the config's loss aggregation. ``nalis_sample_mask`` is the
-negative-advantage low-IS sequence mask (ARLArena), applicable to any loss by multiplying the token mask.
+The losses are minimised. ``aggregate`` applies the config's loss aggregation. ``CORRECTIONS`` are the always-on
+off-policy mitigations trainers ship, applicable to any loss (registered pure functions, switched on by their config
+field): the negative-advantage low-IS sequence mask (ARLArena, ``nalis_sample_mask``), the off-policy sequence mask
+of DeepSeek-V3.2 (``opsm_sample_mask``) and truncated importance sampling (``tis_token_weight``).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -195,6 +198,108 @@ def nalis_sample_mask(logp: torch.Tensor, logp_old: torch.Tensor, advantages: to
     return (~drop).to(logp.dtype)
 
 
+def opsm_sample_mask(logp: torch.Tensor, logp_behaviour: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                     delta: float) -> torch.Tensor:
+    """Off-policy sequence mask of DeepSeek-V3.2 (section 3.1, "Off-Policy Sequence Masking"): 0 for sample i when
+    its advantage is negative (mean_t A_{i,t} < 0) and (1/|y_i|) sum_t (lp_behaviour - lp) > delta, else 1. [B] float.
+
+    The formula is the one of ``nalis_sample_mask``; what differs is the old policy it measures against: DeepSeek's
+    pi_old is the *sampling* policy (the inference engine's log-probs, as ms-swift and slime take it when rollout
+    log-probs exist), so the drift counts every source of off-policyness, the rollout lag and the sampler's precision
+    included, where ARLArena's mask measures it from the trainer's recompute (only the updates within the step)."""
+    m = mask.to(logp.dtype)
+    n = m.sum(-1).clamp_min(1.0)
+    mean_adv = (_token_advantages(advantages, mask) * m).sum(-1) / n  # [B]
+    mean_drift = ((logp_behaviour - logp).detach() * m).sum(-1) / n  # [B] a k1 estimate of KL(pi_behaviour || pi)
+    return (~((mean_adv < 0) & (mean_drift > delta))).to(logp.dtype)
+
+
+def tis_token_weight(logp_old: torch.Tensor, logp_rollout: torch.Tensor, cap: float) -> torch.Tensor:
+    """Truncated importance sampling (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy
+    RL training"; verl's rollout_is=token, TRL's vllm_importance_sampling_correction): the token weight
+    w_t = min(pi_old(y_t) / pi_sampler(y_t), C) = min(exp(lp_old - lp_rollout), C), no gradient, [B, T].
+
+    The policy-gradient estimator assumes the samples came from pi_old; when they came from a different sampler
+    (reduced precision, or weights some updates old as with --rollout-lag) w re-weights them towards pi_old, and the
+    cap C bounds the variance a rare token with a tiny sampler probability would bring. Weights only ever scale a
+    token's loss (w > 0), so every loss here takes them as a scaling of the advantage."""
+    return torch.exp((logp_old - logp_rollout).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)).clamp(max=cap).detach()
+
+
+# --- the always-on corrections, in the order they apply ------------------------------------------------------------------
+@dataclass(frozen=True)
+class CorrectionInputs:
+    """What a correction may read: [B, T] tensors of one mini-batch (``logp`` has gradient; ``logp_rollout`` is the
+    sampler's own log-probs, None when the caller has none) and ``advantages`` [B] or [B, T]."""
+    logp: torch.Tensor
+    logp_old: torch.Tensor
+    logp_rollout: Optional[torch.Tensor]
+    advantages: torch.Tensor
+    mask: torch.Tensor
+
+
+CorrectionFn = Callable[[CorrectionInputs, Any], tuple[torch.Tensor, torch.Tensor, dict[str, float]]]
+
+
+@dataclass(frozen=True)
+class Correction:
+    """An always-on off-policy mitigation: ``enabled(cfg)`` reads its config field; ``apply(inputs, cfg)`` returns
+    the new (token mask [B, T], token advantages [B, T], stats); ``off`` are its stats when it is off (logged either
+    way, so runs with and without it have the same columns)."""
+    enabled: Callable[[Any], bool]
+    apply: CorrectionFn
+    off: dict[str, float]
+
+
+CORRECTIONS: dict[str, Correction] = {}
+
+
+def register_correction(name: str, enabled: Callable[[Any], bool], off: dict[str, float]
+                        ) -> Callable[[CorrectionFn], CorrectionFn]:
+    def deco(fn: CorrectionFn) -> CorrectionFn:
+        CORRECTIONS[name] = Correction(enabled, fn, dict(off))
+        return fn
+    return deco
+
+
+def _masked_share(keep: torch.Tensor, mask: torch.Tensor) -> float:
+    has = mask.sum(-1) > 0
+    return float(((1 - keep) * has).sum() / has.sum().clamp_min(1))
+
+
+def _nalis_on(cfg: Any) -> bool:
+    return cfg.resolved_nalis_mask() if hasattr(cfg, "resolved_nalis_mask") else bool(getattr(cfg, "nalis_mask", False))
+
+
+@register_correction("nalis", _nalis_on, {"nalis_masked_frac": 0.0})
+def nalis_correction(x: CorrectionInputs, cfg: Any):
+    """ARLArena's negative-advantage low-IS mask against the trainer's logp_old (config: nalis_mask, nalis_delta)."""
+    keep = nalis_sample_mask(x.logp, x.logp_old, x.advantages, x.mask, cfg.nalis_delta)  # [B]
+    return x.mask * keep[:, None], x.advantages, {"nalis_masked_frac": _masked_share(keep, x.mask)}
+
+
+@register_correction("opsm", lambda cfg: getattr(cfg, "opsm_delta", None) is not None, {"opsm_masked_frac": 0.0})
+def opsm_correction(x: CorrectionInputs, cfg: Any):
+    """DeepSeek-V3.2's off-policy sequence mask against the sampler's log-probs (config: opsm_delta); without them
+    (a caller that has none) against logp_old, as ms-swift falls back."""
+    behaviour = x.logp_rollout if x.logp_rollout is not None else x.logp_old
+    keep = opsm_sample_mask(x.logp, behaviour, x.advantages, x.mask, cfg.opsm_delta)  # [B]
+    return x.mask * keep[:, None], x.advantages, {"opsm_masked_frac": _masked_share(keep, x.mask)}
+
+
+@register_correction("tis", lambda cfg: getattr(cfg, "tis_cap", None) is not None,
+                     {"tis_weight_mean": 1.0, "tis_truncated_frac": 0.0})
+def tis_correction(x: CorrectionInputs, cfg: Any):
+    """Truncated IS (config: tis_cap): the advantage of every token scaled by min(pi_old / pi_sampler, C). Without
+    sampler log-probs there is nothing to correct (w = 1)."""
+    rollout = x.logp_rollout if x.logp_rollout is not None else x.logp_old
+    raw = torch.exp((x.logp_old - rollout).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # [B, T]
+    w = tis_token_weight(x.logp_old, rollout, cfg.tis_cap)  # [B, T]
+    adv = _token_advantages(x.advantages, x.mask) * w
+    return x.mask, adv, {"tis_weight_mean": _masked_mean(w, x.mask),
+                         "tis_truncated_frac": _masked_mean((raw > cfg.tis_cap).float(), x.mask)}
+
+
 def k3_kl(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
     """k3 = exp(x) - x - 1 with x = lp_ref - lp, clamped to +-10 (verl low_var_kl), [B, T]."""
     x = (logp_ref - logp).clamp(-10.0, 10.0)
@@ -202,20 +307,19 @@ def k3_kl(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
 
 
 def policy_loss(cfg: Any, logp: torch.Tensor, logp_old: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                logp_ref: torch.Tensor | None = None, turn_ids: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The full training loss of one mini-batch: the algorithm's loss over the (optionally NALIS-masked) tokens plus
-    kl_coef * k3 KL to the reference."""
+                logp_ref: torch.Tensor | None = None, turn_ids: torch.Tensor | None = None,
+                logp_rollout: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """The full training loss of one mini-batch: the algorithm's loss after the enabled CORRECTIONS (masks and
+    weights, each computed from the uncorrected advantages' signs) plus kl_coef * k3 KL to the reference."""
     mask = kl_mask = mask.to(logp.dtype)
     stats: dict[str, float] = {}
-    use_nalis = cfg.resolved_nalis_mask() if hasattr(cfg, "resolved_nalis_mask") else bool(getattr(cfg, "nalis_mask", False))
-    if use_nalis:
-        keep = nalis_sample_mask(logp, logp_old, advantages, mask, cfg.nalis_delta)  # [B]
-        has = mask.sum(-1) > 0
-        stats["nalis_masked_frac"] = float(((1 - keep) * has).sum() / has.sum().clamp_min(1))
-        mask = mask * keep[:, None]
-    else:
-        stats["nalis_masked_frac"] = 0.0
+    for correction in CORRECTIONS.values():
+        if correction.enabled(cfg):
+            mask, advantages, extra = correction.apply(
+                CorrectionInputs(logp, logp_old, logp_rollout, advantages, mask), cfg)
+            stats.update(extra)
+        else:
+            stats.update(correction.off)
     loss, loss_stats = get_loss(cfg.algo)(logp, logp_old, advantages, mask, cfg, turn_ids=turn_ids)
     stats.update(loss_stats)
     stats["pg_loss"] = float(loss.detach())

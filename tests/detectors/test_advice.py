@@ -137,3 +137,33 @@ def test_online_and_replayed_advice_follow_the_loops_actions(tmp_path):
     finally:
         run.close()
     assert replayed.evaluator.config["nalis_mask"] is True and replayed.evaluator.config["nalis_delta"] == 0.003
+
+
+def test_off_policy_findings_recommend_an_always_on_correction_first():
+    """The lag set's comparison (sample_runs/README.md): corrections on from step 0 ended higher than the closed loop,
+    so off-policy findings recommend one first, naming each trainer's own setting and its value, and say what the
+    loop adds; a run that already has one is not told to add it."""
+    plain = {"algo": "cispo", "nalis_mask": False, "max_grad_norm": 1.0}
+    for detector in ("neg_adv_low_is", "ppo_kl_spike", "mismatch_drift"):
+        text = advise(detector, plain)
+        first = text.split("; ")[0] if detector != "ppo_kl_spike" else text.split("; ")[1]
+        assert first.lower().startswith("switch on an off-policy correction from step 0"), (detector, text)
+        for setting in ("algorithm.rollout_correction.rollout_is=token", "rollout_is_threshold=2.0",
+                        "vllm_importance_sampling_correction=True", "vllm_importance_sampling_cap=2.0",
+                        "--tis-cap 2", "off_policy_sequence_mask_delta", "--opsm-delta 0.03",
+                        "--auto-stabilize default"):
+            assert setting in text, (detector, setting)
+    for has, phrase in (({"tis_cap": 2.0}, "truncated IS (cap 2)"),
+                        ({"rollout_is": "token", "rollout_is_threshold": 3.0}, "truncated IS (cap 3)"),
+                        ({"vllm_importance_sampling_correction": True, "vllm_importance_sampling_cap": 2.0},
+                         "truncated IS (cap 2)"),
+                        ({"opsm_delta": 0.03}, "off-policy sequence mask (delta 0.03)")):
+        text = advise("neg_adv_low_is", {**plain, **has})
+        assert "from step 0" not in text and f"Already in this run's config: {phrase}" in text, (has, text)
+    # TRL with the correction switched off keeps the recommendation (its cap alone does nothing)
+    off = {**plain, "vllm_importance_sampling_correction": False, "vllm_importance_sampling_cap": 2.0}
+    assert "from step 0" in advise("neg_adv_low_is", off)
+    # the report's recommendations carry it for a fired finding of the run
+    f = Finding(detector="neg_adv_low_is", status="fired", severity="warning", first_step=30, steps=[30], title="t")
+    recs = recommendations([f], plain)
+    assert recs and "--tis-cap 2" in recs[0].text

@@ -56,11 +56,12 @@ def test_runs_differ_only_in_algorithm_seed_and_their_extras() -> None:
     assert all(len(v) == 1 for v in seen.values())  # the same options for every seed
 
 
-def test_the_lag_set_differs_from_the_suite_setting_only_in_lr_and_rollout_lag() -> None:
+def test_the_lag_set_differs_from_the_suite_setting_only_in_lr_rollout_lag_and_its_shared_warm_start() -> None:
     cfg = _config(suite.set_runs((7,), which="lag")["cispo_lag1_s7"])
     base = _config(suite.runs((7,))["cispo_s7"])
     differ = {k for k in vars(cfg) if getattr(cfg, k) != getattr(base, k)}
-    assert differ == {"lr", "rollout_lag", "name", "out"}, differ
+    assert differ == {"lr", "rollout_lag", "bc_seed", "name", "out"}, differ
+    assert cfg.bc_seed == 0  # every lag run starts from the shipped warm start (tests/trainer/test_warm_start.py)
     assert (cfg.lr, cfg.rollout_lag, cfg.resolved_split()) == (1.75e-4, 1, "dev")  # seed 7: 7 % 5 = 2, dev
 
 
@@ -103,3 +104,64 @@ def test_run_names_may_follow_the_options(monkeypatch, tmp_path) -> None:
     assert [n for n, _ in seen] == ["cispo_lr25_s28", "cispo_lr25_s25"]
     assert [_config(a).resolved_split() for _, a in seen] == ["heldout", "dev"]
     assert suite.main(["run", "--seeds", "25-29", "cispo_lr25_s30"]) == 2  # not among these seeds: a clear refusal
+
+
+def _curve_row(name, seed, curve, collapse=None, decline=None, actions=(), **kw):
+    steps = [10 * i for i in range(len(curve))]
+    row = _row("cispo", curve[0], max(curve), collapse, final=curve[-1], name=f"{name}_s{seed}", actions=actions, **kw)
+    return dict(row, seed=seed, split="heldout", eval_steps=steps, eval_success=list(curve), decline=decline,
+                warm_start={"fingerprint": "f" * 16, "source": "shipped", "sha256": "0"})
+
+
+def test_mitigation_table_follows_its_definitions() -> None:
+    rows = [_curve_row("cispo_lag1", 3, [0.2, 0.4, 0.1], collapse=20),  # plain peak 0.4
+            _curve_row("cispo_tis_lag1", 3, [0.2, 0.3, 0.5, 0.6]),  # reaches 0.4 at step 20
+            _curve_row("cispo_lag1", 8, [0.2, 0.3, 0.3]),  # plain peak 0.3
+            _curve_row("cispo_tis_lag1", 8, [0.2, 0.25, 0.05], decline=20),  # never reaches 0.3
+            _curve_row("cispo_lag1_auto", 3, [0.2, 0.4, 0.45], actions=[(15, "rollback"), (15, "nalis_mask")]),
+            dict(_curve_row("cispo_lag1", 13, [0.2, 0.9]), split="dev"),  # dev seeds stay out
+            dict(_curve_row("cispo_tis_lag1", 13, [0.2, 0.9]), legacy=True)]  # so do earlier warm starts
+    lines = summarize.mitigation_table(rows).splitlines()
+    cells = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[2:-1]] for ln in lines if ln.startswith("| ")}
+    # seeds, collapsed, declined, median peak, median final, final - plain's final, reach (never), actions
+    assert cells["plain CISPO"][:7] == ["2", "1", "0", "0.35", "0.20", "+0.00", "10 (0)"]
+    assert cells["+ truncated IS, C = 2"][:7] == ["2", "0", "1", "0.42", "0.33", "+0.12", "20 (1)"]
+    assert cells["+ --auto-stabilize default"][:7] == ["1", "0", "0", "0.45", "0.45", "+0.35", "10 (0)"]
+    assert cells["+ --auto-stabilize default"][7] == "3: 15 rollback, 15 nalis_mask"
+    assert cells["3"] == ["0.40 / 0.10 (collapse 20)", "0.60 / 0.60", "0.45 / 0.45"]
+    assert cells["8"][1] == "0.25 / 0.05 (decline 20)" and "13" not in cells
+    # the reading: each always-on arm against the loop on the seeds both have (seed 3 only: 0.60 against 0.45)
+    assert lines[-1] == ("- + truncated IS, C = 2: median final 0.60 against the loop's 0.45 on the same 1 seed(s); "
+                         "the loop ends lower on 1 of them.")
+
+
+def test_committed_rows_round_trip_through_summaries(tmp_path, monkeypatch) -> None:
+    """A generated table's rows re-read as summaries give the same rows; `table --set lag --write` rebuilds the
+    README blocks from the summaries alone (replacing a row by name), and without --write writes nothing."""
+    rows = [dict(_row("cispo", 0.2, 0.45, 150, final=0.05, name="cispo_lag1_s3"), split="heldout", seed=3),
+            dict(_row("cispo", 0.26, 0.5, None, final=0.4, name="cispo_nalis_lag1_s3", mask=True), seed=3)]
+    text = summarize.tables(rows)
+    back = summarize.rows_from_table(text)
+    assert [ln for ln in summarize.tables(back).splitlines()[:4]] == text.splitlines()[:4]
+    assert back[0]["legacy"] and back[0]["gain150"] == pytest.approx(0.25)  # peak at step 50: known
+    monkeypatch.setattr(summarize, "SUMMARIES", tmp_path / "summaries")
+    monkeypatch.setattr(summarize, "HERE", tmp_path)
+    (tmp_path / "README.md").write_text("top\n<!-- lag-table:start -->\nold\n<!-- lag-table:end -->\nbottom\n")
+    summarize.save_summaries(back, "lag")
+    fresh = _curve_row("cispo_lag1", 3, [0.24, 0.5, 0.3])
+    summarize.save_summaries([fresh], "lag")  # a retraining replaces the row of its name
+    assert suite.lag_table(str(suite.HERE), suite.set_runs((3,), "lag"), write=False) == 0
+    assert "old" in (tmp_path / "README.md").read_text()
+    assert suite.lag_table(str(suite.HERE), suite.set_runs((3,), "lag"), write=True) == 0
+    body = (tmp_path / "README.md").read_text()
+    assert body.startswith("top\n") and "bottom" in body and "\nold\n" not in body
+    new, old = body.split("Trained from the earlier")
+    assert "| cispo_lag1_s3 | heldout | 0.24 | 0.50 (50) | 0.30 |" in new and "cispo_lag1_s3" not in old
+    assert "| cispo_nalis_lag1_s3 |" in old
+    assert "<!-- mitigations-table:start -->" in body and "| plain CISPO | 1 |" in body
+
+
+def test_reach_step_reads_the_rounded_curve_of_a_summary() -> None:
+    # eval success 89/128 = 0.6953125 is kept as 0.695312 in a summary; the run still reached its own peak
+    r = dict(eval_steps=[0, 10, 20], eval_success=[0.2, round(89 / 128, 6), 0.5])
+    assert summarize.reach_step(r, 89 / 128) == 10 and summarize.reach_step(r, 0.7) is None
