@@ -94,8 +94,8 @@ def always_on_correction(cfg: Config) -> str | None:
 
 
 # The lag set's comparison (sample_runs/README.md, "Always-on mitigations against the closed loop"): on its held-out
-# seeds each correction on from step 0 ended higher than the closed loop (which switches the mask on only once the
-# alert turns critical), the off-policy sequence mask highest. Each trainer's own setting, with its value; verl and
+# seeds the masks on from step 0 ended higher than the closed loop (which switches the mask on only once the alert
+# turns critical), the off-policy sequence mask highest, and truncated IS level with it. Each trainer's own setting, with its value; verl and
 # TRL ship truncated IS rather than the sequence mask.
 ALWAYS_ON = ("switch on an off-policy correction from step 0: the off-policy sequence mask of DeepSeek-V3.2 "
              "(ms-swift off_policy_sequence_mask_delta, slime --use-opsm --opsm-delta; the reference trainer "
