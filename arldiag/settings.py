@@ -34,7 +34,7 @@ MONITOR_KEYS = {"min_severity": "lowest severity printed on the console",
                 "stop_on": "ask the trainer to stop at this alert state (\"\" = never; watch, warning, critical)",
                 "sinks": "built-in sinks: console, store (the run's alerts table), wandb"}
 STABILIZE_POLICY_DOC = ("--auto-stabilize policy when the flag is not given: a registered name (default, "
-                        "conservative) or module:function (\"\" = off)")
+                        "conservative, levers) or module:function (\"\" = off)")
 CHANNEL_KEYS = {
     "slack": {"url": "incoming-webhook URL (secret: set ARLDIAG_ALERTS_SLACK_URL); empty = off",
               "min_severity": "lowest severity sent", "mention_severity": "lowest severity that mentions",

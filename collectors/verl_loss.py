@@ -207,7 +207,9 @@ class VerlControls:
     supports = frozenset({"nalis_mask"})
     # how each action is carried out, or why not (docs/stabilize.md's table of trainers)
     notes = {"nalis_mask": "inside the wrapped `arldiag_<mode>` loss",
-             "lr_scale": "the optimizer lives in the worker, out of the loss's reach"}
+             "lr_scale": "the optimizer lives in the worker, out of the loss's reach",
+             "entropy_coef": "verl adds `entropy_coeff`'s bonus outside the policy loss",
+             "truncation_mask": "the loss is not told which responses hit the length cap"}
 
     def __init__(self, recorder: "VerlLossRecorder") -> None:
         self.recorder = recorder

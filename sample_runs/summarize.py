@@ -245,33 +245,48 @@ def reach_step(r: dict, level: float) -> int | None:
     return None
 
 
+# the levers set (issue 29): an entropy bonus that runs away, plain against the closed loop's two policies
+LEVER_ARMS = (("grpo_ent10", "plain GRPO, entropy bonus 0.1"), ("grpo_ent10_auto", "+ --auto-stabilize default"),
+              ("grpo_ent10_levers", "+ --auto-stabilize levers"))
+
+
 def mitigation_table(rows: list[dict]) -> str:
     """Per arm, over the held-out seeds trained from the shipped warm start: collapses, declines, median peak and
     final eval success, steps to reach the plain run's peak (same seed), and the loop's actions; then per seed."""
-    rows = [r for r in rows if not r.get("legacy") and r.get("split") == "heldout" and _stem(r["name"]) in dict(MITIGATION_ARMS)]
+    return arm_table(rows, MITIGATION_ARMS, split="heldout", reading=True)
+
+
+def arm_table(rows: list[dict], arms: tuple[tuple[str, str], ...], split: str | None = "heldout",
+              reading: bool = False) -> str:
+    """Per arm (``arms``: run-name stem -> label, the plain arm first), over the seeds of the plain arm (of ``split``;
+    None: every seed): collapses, declines, median peak and final eval success, the median final minus the plain
+    run's, steps to reach the plain run's peak (same seed), and the loop's actions; then per seed."""
+    plain = arms[0][0]
+    rows = [r for r in rows if not r.get("legacy") and (split is None or r.get("split") == split)
+            and _stem(r["name"]) in dict(arms)]
     by = {(_stem(r["name"]), r["seed"]): r for r in rows}
-    plain_seeds = sorted(s for stem, s in by if stem == "cispo_lag1")
+    plain_seeds = sorted(s for stem, s in by if stem == plain)
     if not plain_seeds:
         return "(no held-out plain run trained from the shipped warm start yet)"
     out = ["| arm | seeds | collapsed | declined | median peak | median final | final - plain's final, median "
            "| steps to reach plain's peak: median (never) | actions of the loop (seed: step action) |",
            "|---|---|---|---|---|---|---|---|---|"]
-    for stem, label in MITIGATION_ARMS:
+    for stem, label in arms:
         rs = [by[(stem, s)] for s in plain_seeds if (stem, s) in by]
         if not rs:
             continue
-        reach = [reach_step(r, by[("cispo_lag1", r["seed"])]["peak"]) for r in rs]
+        reach = [reach_step(r, by[(plain, r["seed"])]["peak"]) for r in rs]
         got = [x for x in reach if x is not None]
-        diff = [r["final"] - by[("cispo_lag1", r["seed"])]["final"] for r in rs]
+        diff = [r["final"] - by[(plain, r["seed"])]["final"] for r in rs]
         acts = "; ".join(f"{r['seed']}: " + ", ".join(f"{s} {a}" for s, a in r["actions"]) for r in rs if r["actions"])
         out.append(f"| {label} | {len(rs)} | {sum(r['collapse'] is not None for r in rs)} "
                    f"| {sum(r.get('decline') is not None for r in rs)} | {fmt(float(np.median([r['peak'] for r in rs])))} "
                    f"| {fmt(float(np.median([r['final'] for r in rs])))} | {float(np.median(diff)):+.2f} "
                    f"| {fmt(float(np.median(got)), '.0f') if got else '-'} ({len(reach) - len(got)}) "
-                   f"| {acts or ('none' if stem == 'cispo_lag1_auto' else '')} |")
-    reading = _reading(by, plain_seeds)
-    stems = [stem for stem, _ in MITIGATION_ARMS if any((stem, s) in by for s in plain_seeds)]
-    out += ["", "| seed | " + " | ".join(dict(MITIGATION_ARMS)[s] for s in stems) + " |",
+                   f"| {acts or ('none' if rs[0].get('auto') else '')} |")
+    words = _reading(by, plain_seeds) if reading else []
+    stems = [stem for stem, _ in arms if any((stem, s) in by for s in plain_seeds)]
+    out += ["", "| seed | " + " | ".join(dict(arms)[s] for s in stems) + " |",
             "|---|" + "---|" * len(stems)]
     for seed in plain_seeds:
         cells = []
@@ -281,7 +296,7 @@ def mitigation_table(rows: list[dict]) -> str:
                          + (f" (collapse {r['collapse']})" if r["collapse"] is not None else "")
                          + (f" (decline {r['decline']})" if r.get("decline") is not None else ""))
         out.append(f"| {seed} | " + " | ".join(cells) + " |")
-    return "\n".join(out + ([""] + reading if reading else []))
+    return "\n".join(out + ([""] + words if words else []))
 
 
 ALWAYS_ON_STEMS = ("cispo_nalis_lag1", "cispo_opsm_lag1", "cispo_tis_lag1")

@@ -36,6 +36,10 @@ LOOP_ROLES = {
                   "low-IS mask; with the mask on, the default policy tightens the clip range at critical",
     "broken": "the policy itself has broken: at critical the default policy names it as the cause of its rollback "
               "to the last calm checkpoint",
+    "entropy": "the entropy is running away: at warning or above the default policy switches the entropy bonus off "
+               "when the run has one, else brings clip-high back down to clip-low when the band is asymmetric",
+    "length": "responses pile up at the length cap: at warning or above the default policy leaves truncated "
+              "responses out of the policy-gradient term",
 }
 
 # What a detector parameter means, for the names several detectors share (a detector documents its own

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from arldiag.detectors.advice import LOWER_LR, Remedy, clip_higher, grad_clip
+from arldiag.detectors.advice import CLIP_HIGH_DOWN, ENTROPY_BONUS_OFF, LOWER_LR, Remedy, clip_higher, grad_clip
 from arldiag.detectors.base import Detector, Signal
 from arldiag.detectors.context import outcome_of
 from arldiag.detectors.window import early_baseline, grade_above, grade_below, move_baseline, slope, tail_mean
@@ -89,14 +89,15 @@ def entropy_blowup_rule(w, state, p) -> Signal | None:
 
 ENTROPY_BLOWUP = Detector(
     name="entropy_blowup",
-    loop_role="off_policy", loop_priority=5,
+    loop_role=("off_policy", "entropy"), loop_priority=5,
     title="Entropy blow-up",
     summary="Token entropy rises well above its early level (drift towards uniform, garbled text).",
     rule_doc=("level = grade(mean_k(entropy) / base(entropy), ratio_levels); below critical, quiet while the outcome "
               "climbs (within improve_keep of its peak, up by improve_rise and by improve_z noise sds of the rise over"
               " the trend span, to a peak set within that span: exploration, as clip-higher intends), and the entropy "
               "reached then becomes base(entropy)."),
-    remedies=(LOWER_LR, Remedy("check for non-finite gradients and negative-advantage low-IS sequences"),
+    remedies=(ENTROPY_BONUS_OFF, CLIP_HIGH_DOWN, LOWER_LR,
+              Remedy("check for non-finite gradients and negative-advantage low-IS sequences"),
               Remedy("add gradient clipping", grad_clip, "lower the gradient-norm clip ({has})")),
     inputs=("entropy",),
     rule=entropy_blowup_rule,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from arldiag.aliases import TASK_SCORE
-from arldiag.detectors.advice import (LOWER_LR, Remedy, dynamic_filter, format_penalty, gigpo, kl_loss, nalis_mask,
-                                      token_mean)
+from arldiag.detectors.advice import (LOWER_LR, MASK_TRUNCATED, Remedy, dynamic_filter, format_penalty, gigpo, kl_loss,
+                                      nalis_mask, token_mean)
 from arldiag.detectors.base import Detector, Signal, strongest
 from arldiag.detectors.context import REWARD_COLUMN, outcome_of
 from arldiag.detectors.window import (count_finite, early_baseline, first_available, grade_above, grade_below,
@@ -146,6 +146,7 @@ def length_growth_rule(w, state, p) -> Signal | None:
 
 LENGTH_GROWTH = Detector(
     name="length_growth",
+    loop_role="length",
     title="Response length growth and truncation",
     summary="Responses grow much longer than early in training, or hit the length limit more often.",
     rule_doc=("level = max(grade(mean_k(response_length_mean) / base(response_length_mean), ratio_levels), "
@@ -156,7 +157,7 @@ LENGTH_GROWTH = Detector(
     param_docs={
         "healthy_keep": "the length part stays at watch while the outcome is within this share of its peak",
     },
-    remedies=(Remedy("use an overlong penalty (DAPO)"),
+    remedies=(MASK_TRUNCATED, Remedy("use an overlong penalty (DAPO)"),
               Remedy("use token-mean loss aggregation", token_mean, None),
               Remedy("read the longest responses")),
     dimension="loss_aggregation",

@@ -71,6 +71,22 @@ NALIS_MASK = ActionSpec(
     admit=admit_nalis_mask, apply=lambda t, p, why: t.set_nalis_mask(p["delta"]))
 
 
+# ---- truncation_mask -----------------------------------------------------------------------------------------------
+def admit_truncation_mask(a: "Action", s: "Situation", limits) -> tuple[dict | None, str]:
+    """Idempotent: refused while truncated responses are already masked."""
+    if s.settings.get("mask_truncated"):
+        return None, "truncated responses are already masked"
+    return {}, ""
+
+
+TRUNCATION_MASK = ActionSpec(
+    kind="truncation_mask", order=25, method="set_truncation_mask",
+    summary="leave responses that hit the length cap out of the policy-gradient term (DAPO's overlong filtering; "
+            "TRL `mask_truncated_completions`): a cut-off answer is neither reinforced nor punished for its length",
+    settings=("mask_truncated",),
+    admit=admit_truncation_mask, apply=lambda t, p, why: t.set_truncation_mask())
+
+
 # ---- seq_clip ------------------------------------------------------------------------------------------------------
 SEQ_CLIP_LOW, SEQ_CLIP_HIGH = 3e-3, 4e-3  # GSPO's sequence-ratio band (its paper's values)
 
@@ -115,6 +131,51 @@ CLIP = ActionSpec(
     admit=admit_clip, apply=lambda t, p, why: t.set_clip(p["clip_low"], p["clip_high"]))
 
 
+# ---- clip_high -----------------------------------------------------------------------------------------------------
+def admit_clip_high(a: "Action", s: "Situation", limits) -> tuple[dict | None, str]:
+    """eps_high *= factor, not below min_clip (nor raised to it), at most max_clip_high_cuts times."""
+    cur, n = float(s.settings["clip_high"]), len(s.taken(a.kind))
+    f = _factor(a)
+    if n >= limits.max_clip_high_cuts:
+        return None, f"clip-high already lowered {n} times (max_clip_high_cuts)"
+    hi = max(cur * f, min(limits.min_clip, cur))
+    if hi == cur:
+        return None, "eps_high is already at min_clip"
+    return {"clip_high": hi}, ""
+
+
+CLIP_HIGH = ActionSpec(
+    kind="clip_high", order=45, method="set_clip_high",
+    summary="lower the upper clip bound only: eps_high *= factor (not below `min_clip`); DAPO's clip-higher raises "
+            "it for exploration, and an entropy that runs away is the cost of too much of it",
+    params={"factor": "multiplier in (0, 1) (required)"},
+    limits=(count_limit("max_clip_high_cuts", 2, "clip-high reductions per run (the clip action's `min_clip` bounds "
+                                                 "it too)"),),
+    settings=("clip_high",),
+    admit=admit_clip_high, apply=lambda t, p, why: t.set_clip_high(p["clip_high"]))
+
+
+# ---- entropy_coef --------------------------------------------------------------------------------------------------
+def admit_entropy_coef(a: "Action", s: "Situation", limits) -> tuple[dict | None, str]:
+    """ent_coef *= factor (factor in [0, 1): 0 switches the bonus off); refused while there is no bonus."""
+    cur = float(s.settings.get("ent_coef", 0.0) or 0.0)
+    f = float(a.params.get("factor", float("nan")))
+    if not 0.0 <= f < 1.0:
+        raise ValueError(f"{a.kind}: factor must be in [0, 1), got {a.params.get('factor')!r}")
+    if not cur > 0:
+        return None, "there is no entropy bonus to lower (ent_coef is 0)"
+    return {"factor": f, "ent_coef": cur * f}, ""
+
+
+ENTROPY_COEF = ActionSpec(
+    kind="entropy_coef", order=47, method="set_entropy_coef",
+    summary="lower the entropy bonus: ent_coef *= factor, 0 switches it off (verl `actor.entropy_coeff`); a bonus "
+            "that outweighs the advantage drives the policy towards uniform",
+    params={"factor": "multiplier in [0, 1) (required; 0: off)"},
+    settings=("ent_coef",),
+    admit=admit_entropy_coef, apply=lambda t, p, why: t.set_entropy_coef(p["ent_coef"]))
+
+
 # ---- lr_scale ------------------------------------------------------------------------------------------------------
 def admit_lr_scale(a: "Action", s: "Situation", limits) -> tuple[dict | None, str]:
     """lr *= factor, not below lr_floor x the initial rate, at most max_lr_scalings times."""
@@ -150,5 +211,6 @@ STOP = ActionSpec(
     admit=admit_stop, apply=lambda t, p, why: t.stop(why))
 
 
-ACTIONS: dict[str, ActionSpec] = collect(ROLLBACK, NALIS_MASK, SEQ_CLIP, CLIP, LR_SCALE, STOP)
+ACTIONS: dict[str, ActionSpec] = collect(ROLLBACK, NALIS_MASK, TRUNCATION_MASK, SEQ_CLIP, CLIP, CLIP_HIGH, ENTROPY_COEF,
+                                          LR_SCALE, STOP)
 ACTION_KINDS: tuple[str, ...] = tuple(ACTIONS)  # in application order

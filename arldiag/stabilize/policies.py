@@ -41,6 +41,11 @@ def with_role(role: str) -> tuple[str, ...]:
 OFF_POLICY = with_role("off_policy")
 # Findings that mean the policy itself has already broken: only a rollback brings the weights back.
 BROKEN = with_role("broken")
+# Failures the masks do not touch (the real runs in ../shared/real_runs/ collapse through them with few off-policy
+# signs): an entropy that runs away (an entropy bonus or clip-higher pushing it) and responses piling up at the
+# length cap.
+ENTROPY = with_role("entropy")
+LENGTH = with_role("length")
 NALIS_DELTA = 3e-3     # ARLArena's scripts' delta (the documented 0.223 almost never fires at the suite's scale)
 LR_FACTOR = 0.5
 CLIP_FACTOR = 0.5
@@ -101,7 +106,9 @@ def _why(s: Situation, name: str) -> str:
 @register_policy("default")
 def default_policy(s: Situation) -> list[Action]:
     """warning+ with an off-policy finding: switch on the neg-adv low-IS mask (delta 3e-3), or, with the mask
-    already on, tighten the clip range by half. critical: roll back to the last calm checkpoint and halve the
+    already on, tighten the clip range by half at critical. warning+ with an entropy finding: switch the entropy bonus
+    off, or without one bring an asymmetric clip band's eps_high back to eps_low (undo clip-higher). warning+ with a
+    length finding: mask truncated responses out of the policy gradient. critical: roll back to the last calm checkpoint and halve the
     learning rate. Still critical STOP_AFTER steps after the last rollback with no calm checkpoint left: stop."""
     state = s.acting_state  # the alert state, or critical on a critical reading (Situation.acting_state)
     if state not in ("warning", "critical"):
@@ -113,6 +120,7 @@ def default_policy(s: Situation) -> list[Action]:
             out.append(Action("nalis_mask", {"delta": NALIS_DELTA}, cause, _why(s, cause)))
         elif state == "critical" and not s.settings.get("seq_clip"):
             out.append(Action("clip", {"factor": CLIP_FACTOR}, cause, _why(s, cause)))
+    out += entropy_and_length_levers(s, already=out)
     if state == "critical":
         cause = leading(s, BROKEN) or cause or s.top or ""
         if s.checkpoint_step is not None:
@@ -126,10 +134,34 @@ def default_policy(s: Situation) -> list[Action]:
     return out
 
 
+def entropy_and_length_levers(s: Situation, already: list[Action] = ()) -> list[Action]:
+    """The levers for an entropy finding (the bonus off; else clip-high back to clip-low) and a length finding
+    (the truncation mask), each at warning or above, and asked for only when it would change something on a trainer
+    that supports it."""
+    out: list[Action] = []
+    cur = s.settings
+    # each lever answers its own finding at warning or above (a watch-level entropy reading while another finding
+    # drives the state is no reason to change the entropy settings)
+    strong = tuple(n for n, f in s.findings.items() if rank(f.level, 0) >= rank("warning"))
+    cause = leading(s, tuple(n for n in ENTROPY if n in strong))
+    if cause is not None:
+        lo, hi = cur.get("clip_low"), cur.get("clip_high")
+        if float(cur.get("ent_coef", 0.0) or 0.0) > 0 and "entropy_coef" in s.supports:
+            out.append(Action("entropy_coef", {"factor": 0.0}, cause, _why(s, cause)))
+        elif ("clip_high" in s.supports and lo is not None and hi is not None and float(hi) > float(lo) > 0
+              and not any(a.kind == "clip" for a in already)):
+            out.append(Action("clip_high", {"factor": float(lo) / float(hi)}, cause,
+                              _why(s, cause) + f"; eps_high {float(hi):g} -> {float(lo):g}"))
+    cause = leading(s, tuple(n for n in LENGTH if n in strong))
+    if cause is not None and not cur.get("mask_truncated") and "truncation_mask" in s.supports:
+        out.append(Action("truncation_mask", {}, cause, _why(s, cause)))
+    return out
+
+
 @register_policy("conservative")
 def conservative_policy(s: Situation) -> list[Action]:
-    """Never rolls back or stops: warning+ with an off-policy finding switches on the mask; critical also halves
-    the learning rate."""
+    """Never rolls back or stops: warning+ with an off-policy finding switches on the mask, with an entropy or length
+    finding the default policy's levers for them; critical also halves the learning rate."""
     state = s.acting_state
     if state not in ("warning", "critical"):
         return []
@@ -137,7 +169,18 @@ def conservative_policy(s: Situation) -> list[Action]:
     cause = leading(s, OFF_POLICY)
     if cause is not None and not s.settings.get("nalis_mask"):
         out.append(Action("nalis_mask", {"delta": NALIS_DELTA}, cause, _why(s, cause)))
+    out += entropy_and_length_levers(s)
     if state == "critical":
         c = cause or s.top or ""
         out.append(Action("lr_scale", {"factor": LR_FACTOR}, c, _why(s, c)))
     return out
+
+
+@register_policy("levers")
+def levers_policy(s: Situation) -> list[Action]:
+    """Only the levers for the failures the masks do not touch: at warning or above, an entropy finding switches the
+    entropy bonus off (else undoes clip-higher) and a length finding masks truncated responses. No mask, rollback,
+    learning-rate change or stop: for a run that already has an off-policy correction on from step 0 (what
+    `arldiag report` recommends first)."""
+    return entropy_and_length_levers(s) if s.acting_state in ("warning", "critical") else []
+

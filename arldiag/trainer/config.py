@@ -48,6 +48,8 @@ class TrainConfig:
     tau_pos: float = _f(1.0, "SAPO temperature for positive advantages")
     tau_neg: float = _f(1.05, "SAPO temperature for negative advantages")
     kl_coef: float = _f(0.0, "coefficient of the k3 KL loss to the frozen reference policy (0 disables)")
+    ent_coef: float = _f(0.0, "entropy bonus: the loss subtracts ent_coef x the token entropy of the full next-token "
+                         "distribution, aggregated like the loss (verl actor.entropy_coeff; 0 disables)")
     loss_agg: str = _f("token-mean", "how token losses are averaged into the batch loss", LOSS_AGGS)
     # --- advantages ------------------------------------------------------------------------------------------------
     adv_estimator: str = _f("grpo", "grpo: group z-score of episode returns; gigpo: plus anchor-state step advantages", ADV_ESTIMATORS)
@@ -66,6 +68,8 @@ class TrainConfig:
                                   "vllm_importance_sampling_cap): weight every token's loss by min(pi_old / pi_sampler, "
                                   "C), correcting the sampler-trainer mismatch (here: the rollout lag); C = 2 is verl's "
                                   "and TRL's default; unset: off")
+    mask_truncated: bool = _f(False, "leave responses that hit max_new_tokens out of the policy-gradient term (DAPO's "
+                              "overlong filtering; TRL mask_truncated_completions); the KL anchor keeps them")
     format_penalty: float = _f(0.1, "extra penalty subtracted from a turn's reward when its response is not a valid "
                                "action (every algorithm: one reward definition, so a broken format still has a gradient)")
     # --- rollout ---------------------------------------------------------------------------------------------------
@@ -123,7 +127,7 @@ class TrainConfig:
                              "| stop (also stop the run when the alert state turns critical)",
                       ("off", "alert", "stop"))
     auto_stabilize: Optional[str] = _f(None, "act on the monitor's alerts while training (README, Auto-stabilize): off, "
-                                       "a registered policy (default, conservative) or module:function; the "
+                                       "a registered policy (default, conservative, levers) or module:function; the "
                                        "monitor runs in alert mode. Unset: the [stabilize] policy of arldiag.toml if "
                                        "that file sets one, else off")
 
@@ -181,6 +185,8 @@ class TrainConfig:
                                  "the policy decides when to stop")
         if self.opsm_delta is not None and self.opsm_delta < 0:
             raise ValueError(f"opsm_delta must be >= 0 (or unset), got {self.opsm_delta!r}")
+        if not self.ent_coef >= 0:
+            raise ValueError(f"ent_coef must be >= 0, got {self.ent_coef!r}")
         if self.tis_cap is not None and not self.tis_cap > 0:
             raise ValueError(f"tis_cap must be > 0 (or unset), got {self.tis_cap!r}")
         if self.bc_seed is not None and self.bc_seed < 0:

@@ -390,7 +390,8 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
                         cols, wcols, start = _trim(batch, mb)
                         ids = batch.input_ids[mb][:, cols].to(cfg.device)
                         attn = batch.attention_mask[mb][:, cols].to(cfg.device)
-                        logp, entropy = window_logprobs(model, ids, attn, start, cfg.temperature, with_entropy=True)
+                        logp, entropy = window_logprobs(model, ids, attn, start, cfg.temperature, with_entropy=True,
+                                                        entropy_grad=cfg.ent_coef > 0)
                         mask = batch.response_mask[mb][:, wcols].to(cfg.device)  # [b, w]
                         lp_old = logp_old[rows][:, wcols].to(cfg.device)
                         lp_ref = logp_ref[rows][:, wcols].to(cfg.device)
@@ -398,7 +399,8 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
                         turn_tok = batch.turn_ids[mb][:, wcols].to(cfg.device)
                         lp_roll = batch.logp_rollout[mb][:, wcols].to(cfg.device)  # the sampler's (OPSM, TIS)
                         loss, stats = policy_loss(cfg, logp, lp_old, adv, mask, logp_ref=lp_ref, turn_ids=turn_tok,
-                                                  logp_rollout=lp_roll)
+                                                  logp_rollout=lp_roll, entropy=entropy,
+                                                  truncated=torch.as_tensor(truncated[mb], device=cfg.device))
                         optimizer.zero_grad(set_to_none=True)
                         loss.backward()
                         grad_norm = torch.nn.utils.clip_grad_norm_(
@@ -418,12 +420,12 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
                             stats.update(loss=float(loss.detach()), grad_norm=float(grad_norm),
                                          ppo_kl=float(((lp_old - logp.detach()) * mask).sum() / m),
                                          kl_ref_k3=float((k3_kl(logp.detach(), lp_ref) * mask).sum() / m),
-                                         entropy=float((entropy * mask).sum() / m))
+                                         entropy=float((entropy.detach() * mask).sum() / m))
                         update_stats.append(stats)
                         col.record_update(step, update=update, logp=logp.detach(), logp_old=lp_old,
                                           advantages=adv[:, 0] if layout == "turn" else adv, response_mask=mask,
                                           logp_ref=lp_ref, logp_rollout=lp_roll,
-                                          entropy=entropy, sample_ids=sample_ids[mb],
+                                          entropy=entropy.detach(), sample_ids=sample_ids[mb],
                                           turn_ids=batch.sample_turn[mb] if layout == "turn" else turn_tok,
                                           token_ids=batch.token_ids[mb][:, wcols])
                         update += 1
@@ -498,6 +500,7 @@ def step_metrics(episodes: list[Episode], batch: Batch, keep_episode: np.ndarray
         "opsm_masked_frac": mean_of("opsm_masked_frac"),
         "tis_weight_mean": mean_of("tis_weight_mean"),
         "tis_truncated_frac": mean_of("tis_truncated_frac"),
+        "truncated_masked_frac": mean_of("truncated_masked_frac"),
         "filtered_groups_frac": 1.0 - kept_groups / max(1, n_groups),
         "n_samples": float(batch.token_ids.shape[0]),
         "n_updates": float(len(update_stats)),

@@ -236,6 +236,7 @@ class CorrectionInputs:
     logp_rollout: Optional[torch.Tensor]
     advantages: torch.Tensor
     mask: torch.Tensor
+    truncated: Optional[torch.Tensor] = None  # [B] bool: the response hit the length cap (None: unknown)
 
 
 CorrectionFn = Callable[[CorrectionInputs, Any], tuple[torch.Tensor, torch.Tensor, dict[str, float]]]
@@ -287,6 +288,18 @@ def opsm_correction(x: CorrectionInputs, cfg: Any):
     return x.mask * keep[:, None], x.advantages, {"opsm_masked_frac": _masked_share(keep, x.mask)}
 
 
+@register_correction("overlong", lambda cfg: bool(getattr(cfg, "mask_truncated", False)),
+                     {"truncated_masked_frac": 0.0})
+def overlong_correction(x: CorrectionInputs, cfg: Any):
+    """DAPO's overlong filtering (config: mask_truncated; TRL mask_truncated_completions): a response cut off at the
+    length cap is left out of the policy-gradient term, whatever its advantage, so that a truncated answer is
+    neither reinforced nor punished for a length it was not allowed to finish. Without flags nothing is masked."""
+    if x.truncated is None:
+        return x.mask, x.advantages, {"truncated_masked_frac": 0.0}
+    keep = (~x.truncated.bool()).to(x.mask.dtype)  # [B]
+    return x.mask * keep[:, None], x.advantages, {"truncated_masked_frac": _masked_share(keep, x.mask)}
+
+
 @register_correction("tis", lambda cfg: getattr(cfg, "tis_cap", None) is not None,
                      {"tis_weight_mean": 1.0, "tis_truncated_frac": 0.0})
 def tis_correction(x: CorrectionInputs, cfg: Any):
@@ -308,15 +321,18 @@ def k3_kl(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
 
 def policy_loss(cfg: Any, logp: torch.Tensor, logp_old: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
                 logp_ref: torch.Tensor | None = None, turn_ids: torch.Tensor | None = None,
-                logp_rollout: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+                logp_rollout: torch.Tensor | None = None, entropy: torch.Tensor | None = None,
+                truncated: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """The full training loss of one mini-batch: the algorithm's loss after the enabled CORRECTIONS (masks and
-    weights, each computed from the uncorrected advantages' signs) plus kl_coef * k3 KL to the reference."""
+    weights, each computed from the uncorrected advantages' signs) plus kl_coef * k3 KL to the reference, minus
+    ent_coef * the aggregated token ``entropy`` [B, T] (with gradient; verl's entropy bonus) when given.
+    ``truncated`` [B] flags responses cut off at the length cap (the overlong correction reads it)."""
     mask = kl_mask = mask.to(logp.dtype)
     stats: dict[str, float] = {}
     for correction in CORRECTIONS.values():
         if correction.enabled(cfg):
             mask, advantages, extra = correction.apply(
-                CorrectionInputs(logp, logp_old, logp_rollout, advantages, mask), cfg)
+                CorrectionInputs(logp, logp_old, logp_rollout, advantages, mask, truncated), cfg)
             stats.update(extra)
         else:
             stats.update(correction.off)
@@ -328,4 +344,10 @@ def policy_loss(cfg: Any, logp: torch.Tensor, logp_old: torch.Tensor, advantages
         kl = aggregate(k3_kl(logp, logp_ref), kl_mask, cfg.loss_agg)
         loss = loss + cfg.kl_coef * kl
         stats["kl_loss"] = float(kl.detach())
+    ent_coef = float(getattr(cfg, "ent_coef", 0.0) or 0.0)
+    if entropy is not None and ent_coef > 0:
+        # the bonus, like the KL anchor, covers every sample (verl adds it over the response mask)
+        ent = aggregate(entropy, kl_mask, cfg.loss_agg)
+        loss = loss - ent_coef * ent
+        stats["entropy_bonus"] = float(ent.detach())
     return loss, stats

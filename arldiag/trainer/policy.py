@@ -116,10 +116,11 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def window_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int,
-                    temperature: float = 1.0, with_entropy: bool = False
+                    temperature: float = 1.0, with_entropy: bool = False, entropy_grad: bool = False
                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(input_ids[:, t] | input_ids[:, :t]) for the window t = start .. T-1, as [B, T-start], and optionally the
-    entropy of the full next-token distribution at those positions. Only the window's logits are materialised
+    entropy of the full next-token distribution at those positions (with gradient when ``entropy_grad``: an entropy
+    bonus in the loss). Only the window's logits are materialised
     (``logits_to_keep``), which matters for real vocabularies."""
     if start < 1:
         raise ValueError(f"start must be >= 1 (a token needs a context), got {start}")
@@ -132,6 +133,6 @@ def window_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.T
     logp = torch.gather(logp_all, -1, targets[..., None]).squeeze(-1)  # [B, W]
     entropy = None
     if with_entropy:
-        with torch.no_grad():
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             entropy = -(logp_all.exp() * logp_all).sum(-1)  # [B, W]
     return logp, entropy

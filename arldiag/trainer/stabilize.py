@@ -20,7 +20,8 @@ class TrainerControls:
     supports = frozenset(ACTION_KINDS)
     # how each action is carried out here (docs/stabilize.md's table of trainers, arldiag.stabilize.actions_doc)
     notes = {"nalis_mask": "the loop's mask", "seq_clip": "switches the loss to GSPO", "lr_scale": "AdamW param groups",
-             "rollback": "in-memory copy of policy + optimizer"}
+             "rollback": "in-memory copy of policy + optimizer", "truncation_mask": "`mask_truncated`",
+             "clip_high": "`clip_high`", "entropy_coef": "`ent_coef` (the loss's entropy bonus)"}
 
     def __init__(self, cfg: Any, model: Any, optimizer: Any, sampler: Any = None) -> None:
         self.cfg, self.model, self.optimizer, self.sampler = cfg, model, optimizer, sampler
@@ -31,7 +32,8 @@ class TrainerControls:
         c = self.cfg
         return {"lr": float(self.optimizer.param_groups[0]["lr"]), "clip_low": float(c.clip_low),
                 "clip_high": float(c.clip_high), "algo": c.algo, "seq_clip": c.algo in SEQUENCE_CLIP_ALGOS,
-                "nalis_mask": bool(c.resolved_nalis_mask()), "nalis_delta": float(c.nalis_delta)}
+                "nalis_mask": bool(c.resolved_nalis_mask()), "nalis_delta": float(c.nalis_delta),
+                "mask_truncated": bool(c.mask_truncated), "ent_coef": float(c.ent_coef)}
 
     def _change(self, **values: Any) -> dict:
         before = {k: getattr(self.cfg, k) for k in values}
@@ -44,6 +46,16 @@ class TrainerControls:
 
     def set_clip(self, clip_low: float, clip_high: float) -> dict:
         return self._change(clip_low=float(clip_low), clip_high=float(clip_high))
+
+    def set_truncation_mask(self) -> dict:
+        return self._change(mask_truncated=True)
+
+    def set_clip_high(self, clip_high: float) -> dict:
+        return self._change(clip_high=float(clip_high))
+
+    def set_entropy_coef(self, ent_coef: float) -> dict:
+        # the loss reads cfg.ent_coef at every mini-batch; at 0 it also stops taking the entropy's gradient
+        return self._change(ent_coef=float(ent_coef))
 
     def use_sequence_clip(self, clip_low: float, clip_high: float) -> dict:
         # GSPO's sequence ratio with its own (much narrower) band; the loss aggregation stays the run's

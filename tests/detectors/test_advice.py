@@ -167,3 +167,21 @@ def test_off_policy_findings_recommend_an_always_on_correction_first():
     f = Finding(detector="neg_adv_low_is", status="fired", severity="warning", first_step=30, steps=[30], title="t")
     recs = recommendations([f], plain)
     assert recs and "--tis-cap 2" in recs[0].text
+
+
+def test_entropy_and_length_findings_name_each_trainers_setting_unless_the_run_has_it():
+    """Issue 29's levers as advice: the entropy bonus off, clip-high back to clip-low, truncated responses masked,
+    each with verl's / TRL's / the reference trainer's setting and value, left out when the run already has it (also
+    after the loop's action: TRL's key in the outcome)."""
+    from arldiag.detectors.advice import with_actions
+
+    dapo = {"algo": "dapo", "clip_high": 0.28, "ent_coef": 0.01, "mask_truncated": False}
+    a = advise("entropy_blowup", dapo)
+    assert "actor_rollout_ref.actor.entropy_coeff=0" in a and "TRL entropy_coef=0.0" in a and "--ent-coef 0" in a
+    assert "clip_ratio_high=0.2" in a and "epsilon_high=0.2" in a
+    plain = advise("entropy_blowup", {"algo": "grpo", "clip_high": 0.2, "entropy_coeff": 0.0})
+    assert "entropy bonus off" not in plain and "clip-high back" not in plain and "Lower the learning rate" in plain
+    assert "clip-high back" not in advise("entropy_blowup", {"algo": "cispo", "clip_high": 0.28})
+    assert "mask_truncated_completions=True" in advise("length_growth", BARE)
+    after = with_actions(BARE, [{"after": {"mask_truncated_completions": True}}])
+    assert "mask_truncated_completions" not in advise("length_growth", after)

@@ -45,7 +45,7 @@ def test_a_detector_declares_its_closed_loop_role():
 
     from arldiag.detectors.base import LOOP_ROLES, Detector
     from arldiag.detectors.catalog_doc import section
-    from arldiag.stabilize.policies import BROKEN, OFF_POLICY
+    from arldiag.stabilize.policies import BROKEN, ENTROPY, LENGTH, OFF_POLICY
 
     rule = lambda w, state, p: None  # noqa: E731
     assert Detector(name="x", title="X", inputs=("entropy",), rule=rule).loop_roles == ()
@@ -63,4 +63,7 @@ def test_a_detector_declares_its_closed_loop_role():
     assert BROKEN == ("success_collapse", "format_collapse", "nonfinite")
     assert "- **Closed-loop role**: off-policy (" in section(REGISTRY["ppo_kl_spike"])
     assert "off-policy" in section(REGISTRY["nonfinite"]) and "; broken (" in section(REGISTRY["nonfinite"])
-    assert "Closed-loop role" not in section(REGISTRY["length_growth"]) and set(LOOP_ROLES) == {"off_policy", "broken"}
+    assert ENTROPY == ("entropy_blowup",) and LENGTH == ("length_growth",)
+    assert "- **Closed-loop role**: length (" in section(REGISTRY["length_growth"])
+    assert "Closed-loop role" not in section(REGISTRY["zero_std_groups"])
+    assert set(LOOP_ROLES) == {"off_policy", "broken", "entropy", "length"}

@@ -16,7 +16,7 @@ from arldiag.stabilize import ACTION_KINDS, ACTIONS, Action, Firing, Limits, Sit
 from arldiag.stabilize.spec import ActionSpec, Limit, collect, make_limits
 
 SETTINGS = dict(lr=1e-4, clip_low=0.2, clip_high=0.28, algo="grpo", seq_clip=False, nalis_mask=False,
-                nalis_delta=0.223)
+                nalis_delta=0.223, mask_truncated=False, ent_coef=0.01)
 
 
 def sit(settings=None, history=(), checkpoint_step=None):
@@ -39,6 +39,13 @@ CASES = {
     "clip": (Action("clip", {"factor": 0.5}), sit(), {"clip_low": 0.1, "clip_high": 0.14},
              sit(history=[Taken(1, Action("clip", {"factor": 0.5})), Taken(2, Action("clip", {"factor": 0.5}))]),
              "tightened 2 times"),
+    "truncation_mask": (Action("truncation_mask"), sit(), {}, sit({"mask_truncated": True}), "already masked"),
+    # 0.28 * 0.5 = 0.14, eps_low untouched; at min_clip (0.02) it is refused
+    "clip_high": (Action("clip_high", {"factor": 0.5}), sit(), {"clip_high": 0.14},
+                  sit({"clip_high": 0.02}), "already at min_clip"),
+    # 0.01 * 0 = 0 (the bonus off); without a bonus there is nothing to lower
+    "entropy_coef": (Action("entropy_coef", {"factor": 0.0}), sit(), {"factor": 0.0, "ent_coef": 0.0},
+                     sit({"ent_coef": 0.0}), "no entropy bonus"),
     # 1e-4 * 0.5; at the floor (0.1 x the initial 1e-4) it is refused
     "lr_scale": (Action("lr_scale", {"factor": 0.5}), sit(), {"factor": 0.5, "lr": 5e-5},
                  sit({"lr": 1e-5}), "at its floor"),

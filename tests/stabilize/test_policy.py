@@ -80,8 +80,9 @@ def test_default_is_quiet_below_warning_and_masks_at_warning_on_an_off_policy_fi
     acts = default_policy(sit("warning", {"neg_adv_low_is": Firing("warning", "neg_adv_low_is_frac", 0.2)}))
     assert kinds(acts) == ["nalis_mask"] and acts[0].params == {"delta": NALIS_DELTA}
     assert acts[0].detector == "neg_adv_low_is" and "neg_adv_low_is_frac = 0.2" in acts[0].reason
-    # a warning from a finding the mask does not answer (length growth) proposes nothing
-    assert default_policy(sit("warning", {"length_growth": Firing("warning", "len", 2.0)})) == []
+    # a warning from a finding the mask does not answer (length growth) asks for its own lever, not the mask
+    assert kinds(default_policy(sit("warning", {"length_growth": Firing("warning", "len", 2.0)}))) == [
+        "truncation_mask"]
 
 
 def test_default_at_critical_rolls_back_and_halves_lr_naming_the_broken_finding():

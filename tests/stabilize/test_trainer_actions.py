@@ -39,7 +39,7 @@ def test_controls_implement_the_protocol_and_report_settings():
     c = TrainerControls(tiny(), model, opt)
     assert isinstance(c, Stabilizable)
     assert c.settings() == {"lr": 2e-4, "clip_low": 1.0, "clip_high": 0.2, "algo": "cispo", "seq_clip": False,
-                            "nalis_mask": False, "nalis_delta": 0.223}
+                            "nalis_mask": False, "nalis_delta": 0.223, "mask_truncated": False, "ent_coef": 0.0}
 
 
 def test_rollback_restores_weights_and_optimizer_bit_for_bit_and_keeps_the_lr():

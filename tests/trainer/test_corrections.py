@@ -20,9 +20,10 @@ def cfg(**kw):
 
 
 def test_registry_names_its_config_fields():
-    assert list(CORRECTIONS) == ["nalis", "opsm", "tis"]  # masks first (on the uncorrected advantages), then weights
+    # masks first (on the uncorrected advantages), then weights
+    assert list(CORRECTIONS) == ["nalis", "opsm", "overlong", "tis"]
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    for name in ("nalis_mask", "nalis_delta", "opsm_delta", "tis_cap"):
+    for name in ("nalis_mask", "nalis_delta", "opsm_delta", "mask_truncated", "tis_cap"):
         assert fields[name].metadata["help"], name
     off = make_config("cispo")
     assert not any(c.enabled(off) for name, c in CORRECTIONS.items() if name != "nalis")

@@ -26,12 +26,13 @@ def _config(args: list[str]):
 
 
 @pytest.mark.parametrize("name,args", list(suite.runs().items()) + list(suite.set_runs().items())
-                         + list(suite.set_runs(which="lag").items()))
+                         + list(suite.set_runs(which="lag").items()) + list(suite.set_runs(which="levers").items()))
 def test_every_command_resolves_to_the_shared_setting(name, args) -> None:
     setting = (suite.STRESS if name in suite.set_runs() else suite.LAG if name in suite.set_runs(which="lag")
-               else suite.SETTING)
+               else suite.LEVERS if name in suite.set_runs(which="levers") else suite.SETTING)
     base = name.rsplit("_s", 1)[0]
-    extra = {**suite.ALGORITHM_RUNS, **suite.STRESS_RUNS, **suite.LAG_RUNS, **suite.EXTRA_RUNS}.get(base, (None, {}))[1]
+    extra = {**suite.ALGORITHM_RUNS, **suite.STRESS_RUNS, **suite.LAG_RUNS, **suite.LEVER_RUNS,
+             **suite.EXTRA_RUNS}.get(base, (None, {}))[1]
     cfg = _config(args)
     assert cfg.name == name and cfg.out == f"sample_runs/{name}"
     if name in suite.EXTRA_RUNS:
@@ -63,6 +64,17 @@ def test_the_lag_set_differs_from_the_suite_setting_only_in_lr_rollout_lag_and_i
     assert differ == {"lr", "rollout_lag", "bc_seed", "name", "out"}, differ
     assert cfg.bc_seed == 0  # every lag run starts from the shipped warm start (tests/trainer/test_warm_start.py)
     assert (cfg.lr, cfg.rollout_lag, cfg.resolved_split()) == (1.75e-4, 1, "dev")  # seed 7: 7 % 5 = 2, dev
+
+
+def test_the_levers_set_is_grpo_with_an_entropy_bonus_and_the_loops_two_policies() -> None:
+    runs = suite.set_runs((3,), which="levers")
+    assert list(runs) == ["grpo_ent10_s3", "grpo_ent10_auto_s3", "grpo_ent10_levers_s3"]
+    cfg = _config(runs["grpo_ent10_levers_s3"])
+    base = _config(suite.runs((3,))["grpo_s3"])
+    differ = {k for k in vars(cfg) if getattr(cfg, k) != getattr(base, k)}
+    assert differ == {"ent_coef", "steps", "auto_stabilize", "name", "out"}, differ
+    assert (cfg.ent_coef, cfg.steps, cfg.auto_stabilize) == (0.1, 100, "levers")
+    assert _config(runs["grpo_ent10_auto_s3"]).auto_stabilize == "default"
 
 
 def _row(algo, start, peak, collapse, mask=False, final=0.3, gain150=0.0, name=None, actions=(), auto=None):
@@ -165,3 +177,25 @@ def test_reach_step_reads_the_rounded_curve_of_a_summary() -> None:
     # eval success 89/128 = 0.6953125 is kept as 0.695312 in a summary; the run still reached its own peak
     r = dict(eval_steps=[0, 10, 20], eval_success=[0.2, round(89 / 128, 6), 0.5])
     assert summarize.reach_step(r, 89 / 128) == 10 and summarize.reach_step(r, 0.7) is None
+
+
+def test_levers_table_follows_its_definitions(tmp_path, monkeypatch) -> None:
+    """The levers set's block: every seed of the plain arm (dev or held out), the loop's actions per seed; `table
+    --set levers --write` writes it from the summaries."""
+    rows = [dict(_curve_row("grpo_ent10", 3, [0.2, 0.4, 0.0], collapse=20), split="dev"),
+            _curve_row("grpo_ent10_auto", 3, [0.2, 0.4, 0.5], actions=[(12, "entropy_coef")], auto="default"),
+            _curve_row("grpo_ent10_levers", 3, [0.2, 0.3, 0.3], auto="levers")]
+    lines = summarize.arm_table(rows, summarize.LEVER_ARMS, split=None).splitlines()
+    cells = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[2:-1]] for ln in lines if ln.startswith("| ")}
+    assert cells["plain GRPO, entropy bonus 0.1"][:6] == ["1", "1", "0", "0.40", "0.00", "+0.00"]
+    assert cells["+ --auto-stabilize default"][5:] == ["+0.50", "10 (0)", "3: 12 entropy_coef"]
+    assert cells["+ --auto-stabilize levers"][6:] == ["- (1)", "none"]  # never reached 0.4; a loop that did nothing
+    assert cells["3"] == ["0.40 / 0.00 (collapse 20)", "0.50 / 0.50", "0.30 / 0.30"]
+    monkeypatch.setattr(summarize, "SUMMARIES", tmp_path / "summaries")
+    monkeypatch.setattr(summarize, "HERE", tmp_path)
+    (tmp_path / "README.md").write_text("top\n")
+    summarize.save_summaries(rows, "levers")
+    assert suite.lag_table(str(suite.HERE), suite.set_runs((3,), "levers"), write=True, which="levers") == 0
+    body = (tmp_path / "README.md").read_text()
+    assert "<!-- levers-table:start -->" in body and "| plain GRPO, entropy bonus 0.1 | 1 |" in body
+    assert "mitigations-table" not in body
