@@ -139,6 +139,18 @@ def test_the_entropy_lever_fires_on_entropy_blowup_and_is_recorded(tmp_path):
     assert sum(t.action.kind == "entropy_coef" for t in stab.history) == 1
 
 
+def test_without_a_bonus_the_entropy_finding_undoes_clip_higher_and_is_recorded(tmp_path):
+    cfg = make_config("dapo", env="toy", out="unused", init="scratch")  # eps 0.2 / 0.28, no entropy bonus
+    stab, rows = _drive(tmp_path, "entropy", cfg)
+    got = [r for r in rows if r["action"] == "clip_high"]
+    assert len(got) == 1 and got[0]["detector"] == "entropy_blowup" and got[0]["state"] == "warning"
+    outcome = str(got[0]["outcome"]).replace("'", '"')
+    assert '"before": {"clip_high": 0.28}' in outcome and '"after": {"clip_high": 0.2' in outcome
+    assert not any(r["action"] == "entropy_coef" for r in rows)  # no bonus: nothing to switch off
+    # bounded: eps_high never below min_clip, whatever the critical state's clip tightenings did afterwards
+    assert cfg.clip_high >= Limits().min_clip and cfg.clip_high <= 0.2 + 1e-12
+
+
 def test_the_length_lever_fires_on_length_growth_and_is_recorded(tmp_path):
     cfg = make_config("grpo", env="toy", out="unused", init="scratch")
     stab, rows = _drive(tmp_path, "length", cfg)
