@@ -77,7 +77,7 @@ STRESS_RUNS: dict[str, tuple[str, dict]] = {
 # so `suite.py run --set lag` starts from the same weights on any machine; rows trained before it was shipped used a
 # per-seed warm start cloned on the machine that trained them (sample_runs/README.md says which rows are which).
 LAG = dict(SETTING, lr=1.75e-4, rollout_lag=1, bc_seed=0)
-# The always-on mitigations trainers ship, each from step 0, against the closed loop (issue 29): the OPSM delta 0.03
+# The always-on mitigations trainers ship, each from step 0, against the closed loop: the OPSM delta 0.03
 # nats is the 90th percentile of the per-sample drift mean(lp_rollout - lp) over the first 30 steps of a plain lag run
 # (seed 73: 0.034; the median is 0.000), so the mask drops the stale tail (14-28 % of the negative-advantage samples
 # over steps 0-100) rather than half of them (3e-3 drops 44-50 %: the lag makes the drift symmetric noise of that
@@ -91,7 +91,7 @@ LAG_RUNS: dict[str, tuple[str, dict]] = {
     "sampo_lag1": ("sampo", {}),  # SAMPO under the same staleness (does it stay stable where CISPO broke?)
 }
 
-# The levers set (issue 29): a failure the masks do not touch. GRPO (everything else as SETTING, 100 steps) with an
+# The levers set: a failure the masks do not touch. GRPO (everything else as SETTING, 100 steps) with an
 # entropy bonus of 0.1 (verl actor.entropy_coeff, TRL entropy_coef): on pilot seed 0 the entropy crept from 0.31 to
 # 0.53 over steps 0-33 and then ran away (1.05 at step 49, 2.5 at step 60; the valid-format share 0.99 -> 0.40 at
 # step 60); 0.05 changed nothing in 43 steps and 0.2 broke the format within 5 steps. Arms: plain, the default policy,

@@ -226,7 +226,7 @@ def set_tables(rows: list[dict]) -> str:
     return "\n".join(parts).strip()
 
 
-# the comparison of issue 29: the arms in this order, named by their run-name stem
+# the mitigations comparison: the arms in this order, named by their run-name stem
 MITIGATION_ARMS = (("cispo_lag1", "plain CISPO"), ("cispo_nalis_lag1", "+ low-IS mask (ARLArena), delta 3e-3"),
                    ("cispo_opsm_lag1", "+ off-policy sequence mask (DeepSeek-V3.2), delta 0.03"),
                    ("cispo_tis_lag1", "+ truncated IS, C = 2"), ("cispo_lag1_auto", "+ --auto-stabilize default"),
@@ -245,7 +245,7 @@ def reach_step(r: dict, level: float) -> int | None:
     return None
 
 
-# the levers set (issue 29): an entropy bonus that runs away, plain against the closed loop's two policies
+# the levers set: an entropy bonus that runs away, plain against the closed loop's two policies
 LEVER_ARMS = (("grpo_ent10", "plain GRPO, entropy bonus 0.1"), ("grpo_ent10_auto", "+ --auto-stabilize default"),
               ("grpo_ent10_levers", "+ --auto-stabilize levers"))
 

@@ -135,7 +135,7 @@ class Remedy:
 
 # the most common remedy, shared by several detectors' declarations
 LOWER_LR = Remedy("lower the learning rate")
-# the closed loop's levers for an entropy that runs away and for responses at the length cap (issue 29), each with
+# the closed loop's levers for an entropy that runs away and for responses at the length cap, each with
 # the trainers' own setting and value; left out when the run already has it
 ENTROPY_BONUS_OFF = Remedy("switch the entropy bonus off (verl actor_rollout_ref.actor.entropy_coeff=0, TRL "
                            "entropy_coef=0.0, the reference trainer --ent-coef 0)", no_entropy_bonus, None)
