@@ -230,22 +230,24 @@ def lag_table(out: str, table: dict, write: bool, which: str = "lag") -> int:
     written."""
     import summarize as S
 
-    runs_of_set = SETS[which][1]
-    stems = "|".join(sorted(runs_of_set, key=len, reverse=True))
+    stems = "|".join(SETS[which][1])
     dirs = sorted(p for p in Path(out).iterdir() if re.fullmatch(rf"({stems})_s\d+", p.name)  # any seed of the set
                   and _finished(p)) if Path(out) != HERE else []
     fresh = [S.summarize(d) for d in dirs]
-    names = {r["name"] for r in fresh}
-    rows = fresh + [r for r in S.load_summaries(which) if r["name"] not in names]
+    if write:  # the README is rendered from the saved summaries alone, as a later `table --write` would
+        S.save_summaries(fresh, which)
+        rows = S.load_summaries(which)
+    else:
+        names = {r["name"] for r in fresh}
+        rows = fresh + [r for r in S.load_summaries(which) if r["name"] not in names]
     blocks = ({"lag-table": S.set_tables(rows), "mitigations-table": S.mitigation_table(rows)} if which == "lag"
               else {"levers-table": S.arm_table(rows, S.LEVER_ARMS, split=None)})
     if write:
-        S.save_summaries(fresh, which)
         for block, text in blocks.items():
             S.write_block(text, block)
         print(f"wrote {len(fresh)} summaries; tables of {len(rows)} runs written into sample_runs/README.md")
-        return 0
-    print("\n\n".join(blocks.values()))
+    else:
+        print("\n\n".join(blocks.values()))
     return 0
 
 

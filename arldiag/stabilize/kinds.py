@@ -22,11 +22,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from arldiag.stabilize.actions import Action, Situation
 
 
-def _factor(a: "Action") -> float:
+def _factor(a: "Action", zero_ok: bool = False) -> float:
+    """The action's ``factor``: in (0, 1), or [0, 1) where 0 switches the setting off (``zero_ok``)."""
     f = float(a.params.get("factor", float("nan")))
-    if not 0.0 < f < 1.0:
-        raise ValueError(f"{a.kind}: factor must be in (0, 1), got {a.params.get('factor')!r}")
+    if not (0.0 <= f < 1.0 if zero_ok else 0.0 < f < 1.0):
+        raise ValueError(f"{a.kind}: factor must be in {'[0, 1)' if zero_ok else '(0, 1)'}, "
+                         f"got {a.params.get('factor')!r}")
     return f
+
+
+def _cut(bound: float, f: float, limits) -> float:
+    """A clip bound times ``f``, floored at min_clip (a bound already below min_clip is not raised to it)."""
+    return max(bound * f, min(limits.min_clip, bound))
 
 
 # ---- rollback ------------------------------------------------------------------------------------------------------
@@ -114,8 +121,7 @@ def admit_clip(a: "Action", s: "Situation", limits) -> tuple[dict | None, str]:
     f = _factor(a)
     if n >= limits.max_clip_tightenings:
         return None, f"clip already tightened {n} times (max_clip_tightenings)"
-    lo = max(float(cur["clip_low"]) * f, min(limits.min_clip, float(cur["clip_low"])))
-    hi = max(float(cur["clip_high"]) * f, min(limits.min_clip, float(cur["clip_high"])))
+    lo, hi = _cut(float(cur["clip_low"]), f, limits), _cut(float(cur["clip_high"]), f, limits)
     if (lo, hi) == (float(cur["clip_low"]), float(cur["clip_high"])):
         return None, "the clip range is already at min_clip"
     return {"clip_low": lo, "clip_high": hi}, ""
@@ -138,7 +144,7 @@ def admit_clip_high(a: "Action", s: "Situation", limits) -> tuple[dict | None, s
     f = _factor(a)
     if n >= limits.max_clip_high_cuts:
         return None, f"clip-high already lowered {n} times (max_clip_high_cuts)"
-    hi = max(cur * f, min(limits.min_clip, cur))
+    hi = _cut(cur, f, limits)
     if hi == cur:
         return None, "eps_high is already at min_clip"
     return {"clip_high": hi}, ""
@@ -159,9 +165,7 @@ CLIP_HIGH = ActionSpec(
 def admit_entropy_coef(a: "Action", s: "Situation", limits) -> tuple[dict | None, str]:
     """ent_coef *= factor (factor in [0, 1): 0 switches the bonus off); refused while there is no bonus."""
     cur = float(s.settings.get("ent_coef", 0.0) or 0.0)
-    f = float(a.params.get("factor", float("nan")))
-    if not 0.0 <= f < 1.0:
-        raise ValueError(f"{a.kind}: factor must be in [0, 1), got {a.params.get('factor')!r}")
+    f = _factor(a, zero_ok=True)
     if not cur > 0:
         return None, "there is no entropy bonus to lower (ent_coef is 0)"
     return {"factor": f, "ent_coef": cur * f}, ""

@@ -108,8 +108,8 @@ def default_policy(s: Situation) -> list[Action]:
     """warning+ with an off-policy finding: switch on the neg-adv low-IS mask (delta 3e-3), or, with the mask
     already on, tighten the clip range by half at critical. warning+ with an entropy finding: switch the entropy bonus
     off, or without one bring an asymmetric clip band's eps_high back to eps_low (undo clip-higher). warning+ with a
-    length finding: mask truncated responses out of the policy gradient. critical: roll back to the last calm checkpoint and halve the
-    learning rate. Still critical STOP_AFTER steps after the last rollback with no calm checkpoint left: stop."""
+    length finding: mask truncated responses out of the policy gradient. critical: roll back to the last calm
+    checkpoint and halve the learning rate. Still critical STOP_AFTER steps after the last rollback with no calm checkpoint left: stop."""
     state = s.acting_state  # the alert state, or critical on a critical reading (Situation.acting_state)
     if state not in ("warning", "critical"):
         return []
@@ -183,4 +183,3 @@ def levers_policy(s: Situation) -> list[Action]:
     learning-rate change or stop: for a run that already has an off-policy correction on from step 0 (what
     `arldiag report` recommends first)."""
     return entropy_and_length_levers(s) if s.acting_state in ("warning", "critical") else []
-
