@@ -31,6 +31,16 @@ def order_findings(findings: "list[Finding]") -> "list[Finding]":
                                            f.detector))
 
 
+def level_steps(f: "Finding") -> str:
+    """The first step at each level a fired finding reached ("watch at 20, warning at 75, critical at 80"), from
+    the evaluator's ``evidence["first_at"]``; a finding without it (built by hand, an older JSON) gives its peak
+    severity and first step."""
+    first_at = f.evidence.get("first_at") or {}
+    if not first_at:
+        return f"{f.severity} from step {f.first_step}" if f.first_step is not None else f.severity
+    return ", ".join(f"{lv} at {first_at[lv]}" for lv in SEVERITIES if lv in first_at)
+
+
 def jsonable(x: Any) -> Any:
     """JSON-safe copy: NaN/Inf -> None, numpy scalars -> Python, tuples -> lists."""
     if isinstance(x, dict):

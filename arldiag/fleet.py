@@ -2,8 +2,8 @@
 dashboard's fleet view.
 
 Each row costs one replay of the run's steps through the detectors (``detectors.evaluate_run``); the verdict is
-the report's (``report.verdict.verdict``) over that same replay, so a row says what `arldiag report` would say at
-its top. Nothing here reads the token or sequence tables, and pandas/DuckDB load only when a table is computed.
+the report's (``arldiag.verdict``) over that same replay, so a row says what `arldiag report` would say at its top:
+the word in ``verdict``, why in ``verdict_reason``. Nothing here reads the token or sequence tables, and pandas/DuckDB load only when a table is computed.
 """
 from __future__ import annotations
 
@@ -12,13 +12,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+from arldiag.verdict import verdict_of
+
 # The outcome column of a row: the first of these with a value, the success rate of arldiag's own runs or the task
 # score a real run logs (the dashboard overview's score panel, dashboards.views_series.SCORE_PANEL), then the
 # validation success and the reward.
 OUTCOME_COLUMNS = ("success_rate", "success_frac", "task_score", "eval_success", "val_score", "reward_mean")
 
 # (row key, header) of the columns `arldiag ls` prints and the dashboard shows, in order; a row also holds
-# path, decline_step, risk, max_state and error (the JSON output has them all)
+# path, decline_step, risk, max_state, verdict_reason and error (the JSON output has them all)
 COLUMNS: list[tuple[str, str]] = [
     ("name", "run"), ("algorithm", "algorithm"), ("steps", "steps"), ("last_step", "last step"),
     ("state", "state"), ("verdict", "verdict"), ("collapse_step", "collapse"), ("first_warning", "first warning"),
@@ -50,7 +52,7 @@ def outcome_of(frame) -> tuple[str | None, float | None, float | None]:
 
 def empty_row(name: str, path: str = "", algorithm: str | None = None) -> dict[str, Any]:
     return {"name": name, "path": path, "algorithm": algorithm, "steps": 0, "last_step": None, "state": None,
-            "risk": None, "max_state": None, "verdict": None, "collapse_step": None, "decline_step": None,
+            "risk": None, "max_state": None, "verdict": None, "verdict_reason": None, "collapse_step": None, "decline_step": None,
             "first_warning": None, "outcome": None, "peak": None, "last": None, "error": None}
 
 
@@ -66,14 +68,12 @@ def run_row(run: Any, name: str, label: str | None = None) -> dict[str, Any]:
         _fill(row, run, name)
     except Exception as exc:  # noqa: BLE001 - reported in the row (a fleet view lists every run it can)
         row["verdict"], row["error"] = ERROR, f"{type(exc).__name__}: {exc}"
+        row["verdict_reason"] = f"the run could not be read: {row['error']}"
     return row
 
 
 def _fill(row: dict[str, Any], run: Any, name: str) -> None:
-    import pandas as pd
-
     from arldiag.detectors import decline_of, evaluate_run, label_of
-    from arldiag.report.verdict import registry_lagging, verdict
 
     ev = evaluate_run(run, name)  # the one replay: timeline, findings and the steps frame all come from it
     frame = ev.frame
@@ -84,13 +84,9 @@ def _fill(row: dict[str, Any], run: Any, name: str) -> None:
         return  # no step yet: nothing to judge
     _, risk, state, _ = ev.timeline[-1]
     row["state"], row["risk"] = state, _num(risk)
-    findings = ev.evaluator.findings(name, ev.steps)
     collapse = label_of(frame)
-    decline = decline_of(frame) if collapse is None else None
-    timeline = pd.DataFrame([{"step": s, "risk": r, "state": st} for s, r, st, _ in ev.timeline],
-                            columns=["step", "risk", "state"])
-    v = verdict(findings, collapse, timeline, registry_lagging(), n_steps=len(ev.steps), decline=decline)
-    row.update(verdict=v.status, collapse_step=v.collapse_step, decline_step=v.decline_step,
+    v = verdict_of(ev, collapse, decline_of(frame) if collapse is None else None)
+    row.update(verdict=v.status, verdict_reason=v.reason, collapse_step=v.collapse_step, decline_step=v.decline_step,
                first_warning=v.first_warning_step, max_state=v.max_state)
 
 
@@ -126,6 +122,7 @@ def fleet_table(root: str | os.PathLike, run: Any = None) -> list[dict[str, Any]
             failed.append(exc)
             row = empty_row(label, str(d))
             row.update(verdict=ERROR, error=f"{type(exc).__name__}: {exc}", steps=None)
+            row["verdict_reason"] = f"the run could not be opened: {row['error']}"
             rows.append(row)
             continue
         try:

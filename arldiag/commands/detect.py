@@ -4,8 +4,9 @@ Exit code 1 when --fail-on is given and a fired finding reaches that severity (f
 """
 from __future__ import annotations
 
-from arldiag.findings import order_findings, severity_rank
+from arldiag.findings import level_steps, order_findings, severity_rank
 from arldiag.levels import ALERTING, SEVERITIES
+from arldiag.wording import plural
 
 
 def add_arguments(p) -> None:
@@ -61,7 +62,7 @@ def _state_line(tl) -> str:
 
 
 def _print_text(findings, names, show_all: bool, timeline) -> None:
-    from arldiag.report.verdict import detector_warmup
+    from arldiag.verdict import detector_warmup
 
     warmup = detector_warmup()
     for name in names:
@@ -72,13 +73,13 @@ def _print_text(findings, names, show_all: bool, timeline) -> None:
         tl = timeline[timeline["run"] == name]
         print("  " + _state_line(tl))
         if len(tl) < warmup and not any(severity_rank(f.severity) >= severity_rank("warning") for f in fired):
-            print(f"  not enough history: {len(tl)} step(s) recorded, the detectors need {warmup} before they can "
+            print(f"  too short: {plural(len(tl), 'logged step')}, the detectors need {warmup} before they can "
                   "tell a healthy run from a failing one")
         rows = mine if show_all else fired
         for f in rows:
             if f.fired:
-                print(f"  {_paint(f.severity, f'{f.severity.upper():8s}')} {f.detector:<18} first step {f.first_step:<6} "
-                      f"{len(f.steps):>4} steps  {f.title}")
+                print(f"  {_paint(f.severity, f'{f.severity.upper():8s}')} {f.detector:<18} {level_steps(f):<36} "
+                      f"{plural(len(f.steps), 'step'):>9}  {f.title}")
                 if f.evidence.get("note"):
                     print(f"  {'':8s} {'':<18} peak at step {f.evidence.get('peak_step')}: {f.evidence['note']}")
             elif f.status == "skipped":

@@ -24,7 +24,8 @@ from arldiag.detectors.window import Window, as_float
 from arldiag.findings import Finding
 
 WINDOW_SIZE = 32
-RISK_MODELS = ("rules", "learned")  # rules: noisy-OR of the detectors' levels (risk.py); learned: learned.py
+RISK_MODELS = ("rules", "learned")
+ALARM_LEVEL = LEVELS.index("warning")  # a detector level at or above which its finding counts as a precursor  # rules: noisy-OR of the detectors' levels (risk.py); learned: learned.py
 
 
 @dataclass
@@ -38,6 +39,11 @@ class Track:
     peak_signal: Signal | None = None
     last_level: int = 0
     n_steps: int = 0
+    # the first step at each level reached ({1: step at watch, 2: at warning, 3: at critical}): a finding that peaked
+    # at critical may have spent its first steps at watch; and the stretches at warning or above, for the precursor
+    # inside an alert episode (arldiag.verdict.first_precursor)
+    first_at: dict[int, int] = field(default_factory=dict)
+    alarm_intervals: list[list[int]] = field(default_factory=list)
 
     def steps(self, evaluated: Sequence[int] | None = None) -> list[int]:
         """Expand the intervals. Steps are consecutive evaluated steps, which are consecutive integers unless the
@@ -178,6 +184,13 @@ class Evaluator:
             else:
                 tr.intervals.append([step, step])
             tr.n_steps += 1
+            for lv in range(1, sig.level + 1):
+                tr.first_at.setdefault(lv, step)
+            if sig.level >= ALARM_LEVEL:
+                if tr.last_level >= ALARM_LEVEL and tr.alarm_intervals:
+                    tr.alarm_intervals[-1][1] = step
+                else:
+                    tr.alarm_intervals.append([step, step])
             tr.last_level = sig.level
             if sig.level > tr.max_level:
                 tr.max_level, tr.peak_step, tr.peak_signal = sig.level, step, sig
@@ -220,5 +233,7 @@ class Evaluator:
             first_step=tr.first_step, steps=tr.steps(evaluated_steps), explanation=explanation,
             recommendation=self.recommendation(d), run=run,
             evidence={"metric": sig.metric, "peak_step": tr.peak_step, "peak_value": sig.value, "note": sig.note,
-                      "n_steps": tr.n_steps, "source": d.source},
+                      "n_steps": tr.n_steps, "source": d.source,
+                      "first_at": {LEVELS[lv]: s for lv, s in sorted(tr.first_at.items())},
+                      "alarm_intervals": [list(iv) for iv in tr.alarm_intervals]},
         )

@@ -27,7 +27,7 @@ from arldiag.detectors.advice import settings_of, with_actions
 from arldiag.evaluation.precursors import precursor_scan
 from arldiag.report.dimensions import Dimension, sections
 from arldiag.report.recommend import Recommendation, recommendations
-from arldiag.report.verdict import Verdict, registry_lagging, verdict
+from arldiag.verdict import Verdict, registry_lagging, verdict
 
 # analyse(run) -> (findings, {run name: collapse step or None}, alert timeline DataFrame)
 Analyse = Callable[[Any], tuple[list[Finding], dict[str, int | None], pd.DataFrame]]
@@ -114,7 +114,8 @@ def gather(run: Any, analyse: Analyse = detector_analysis, name: str | None = No
     timeline = timeline if timeline is not None else pd.DataFrame(columns=["run", "step", "risk", "state"])
     tick(f"{name}: step series")
     steps = V.step_frame(sub, name)
-    v = verdict(found, collapse, timeline, registry_lagging(), n_steps=len(steps),
+    states = list(zip(timeline["step"].tolist(), timeline["state"].tolist())) if len(timeline) else []
+    v = verdict(found, collapse, states, registry_lagging(), n_steps=len(steps),
                 decline=_decline_step(steps, collapse))
     cols = S.resolve(S.ALL_SIGNALS, V.columns_with_data(steps))
     rows = {t: table_rows(sub, t, name) for t in ("tokens", "sequences", "turns", "groups", "steps", "alerts",

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from arldiag.detectors.advice import advise
-from arldiag.findings import Finding, severity_rank
+from arldiag.findings import Finding, level_steps, severity_rank
+from arldiag.wording import plural
 
 # (keyword in the detector name, default advice). First match wins; order from specific to general.
 DEFAULT_ADVICE: tuple[tuple[str, str], ...] = (
@@ -83,13 +84,11 @@ def _fmt(v: Any) -> str | None:
 
 
 def evidence_line(f: Finding, max_items: int = 4) -> str:
-    """'<detector> (<severity>) from step S over N steps: <title>; key=value, ...' with the finding's scalar
+    """'<detector> (watch at S1, warning at S2) over N steps: <title>; key=value, ...' with the finding's scalar
     evidence (series and lists are left to the figures)."""
-    head = f"{f.detector} ({f.severity})"
-    if f.first_step is not None:
-        head += f" from step {f.first_step}"
+    head = f"{f.detector} ({level_steps(f)})"
     if f.steps:
-        head += f" over {len(f.steps)} steps"
+        head += f" over {plural(len(f.steps), 'step')}"
     if f.title:
         head += f": {f.title}"
     scalars = [f"{k}={s}" for k, v in (f.evidence or {}).items() if (s := _fmt(v)) is not None][:max_items]

@@ -4,14 +4,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from arldiag.verdict import AT_RISK, COLLAPSED, DECLINED, HEALTHY, NO_SIGNAL, TOO_SHORT
+from arldiag.wording import plural
+
 MISMATCH_KEYS = ("mismatch_k3", "mismatch_chi2", "mismatch_log_abs_max", "mismatch_prob_abs_mean")
 ENTROPY_KEYS = ("entropy", "cov_logp_adv", "turn_entropy_mean")
 TURN_KEYS = ("turn_ratio_min", "turn_ratio_max", "turn_oob_low_frac", "turn_oob_high_frac")
 NALIS_LABELS = {"nalis_count": "neg-adv low-IS count per step", "nalis_frac": "neg-adv low-IS fraction",
                 "nalis_kl_share": "their share of the k3 policy-update KL",
                 "nalis_delta_frac": "fraction under the delta rule"}
-STATUS_COLORS = {"collapsed": "#c00000", "declined": "#a03060", "at risk": "#e07000", "healthy": "#2a8a2a",
-                 "not enough history": "#777777"}
+STATUS_COLORS = {COLLAPSED: "#c00000", DECLINED: "#a03060", AT_RISK: "#e07000", HEALTHY: "#2a8a2a",
+                 TOO_SHORT: "#777777", NO_SIGNAL: "#777777"}
 
 
 def num(v: Any, spec: str = ".4g") -> str:
@@ -25,16 +28,23 @@ def num(v: Any, spec: str = ".4g") -> str:
 def precursor_line(v) -> str:
     p = v.first_precursor
     if p is None:
-        return "none (no non-lagging finding of severity watch or above)"
-    lead = f"; lead time {p['lead_time']} steps" if p["lead_time"] is not None else ""
-    return f"{p['detector']} ({p['severity']}) at step {p['step']}{lead}: {p['title']}"
+        if v.event is not None and v.episode is None:
+            return f"none: no alert episode was open at the {v.event[0]}"
+        return ("none: no detector but the outcome's own reached warning inside the alert episode"
+                if v.episode is not None else "none (no alert episode)")
+    lead = f"; lead time {plural(p['lead_time'], 'step')}" if p["lead_time"] is not None else ""
+    return f"{p['detector']} at {p['severity']} from step {p['step']}{lead}: {p['title']}"
 
 
 def warning_line(v) -> str:
     if v.first_warning_step is None:
         return "none"
-    lead = f"; lead time {v.warning_lead_time} steps" if v.warning_lead_time is not None else ""
-    return f"step {v.first_warning_step}{lead}"
+    if v.episode is None or v.episode[0] == v.first_warning_step:
+        lead = f"; lead time {plural(v.warning_lead_time, 'step')}" if v.warning_lead_time is not None else ""
+        return f"step {v.first_warning_step}{lead}"
+    lead = f", lead time {plural(v.warning_lead_time, 'step')}" if v.warning_lead_time is not None else ""
+    return f"step {v.first_warning_step}; the episode open at the {v.event[0] if v.event else 'end'} from step " \
+           f"{v.episode[0]}{lead}"
 
 
 def mismatch_missing(rep) -> str | None:

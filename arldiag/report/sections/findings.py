@@ -2,7 +2,7 @@
 the alerts recorded online and what --auto-stabilize did."""
 from __future__ import annotations
 
-from arldiag.findings import order_findings
+from arldiag.findings import level_steps, order_findings
 from arldiag.report import text as T
 from arldiag.report.blocks import Bullets, Cell, Folded, Heading, Note, Section, Span, Table, Text
 
@@ -14,8 +14,9 @@ def build(report) -> Section:
     fired = [f for f in order_findings(rep.findings) if f.fired]
     skipped = [f for f in rep.findings if f.status == "skipped"]
     quiet = sum(1 for f in rep.findings if f.status == "quiet")
-    blocks = [Table(["severity", "detector", "first step", "steps", "finding"],
-                    [[Cell(f.severity, f"sev-{f.severity}"), f.detector, f.first_step, len(f.steps),
+    # the first step at each level reached next to the peak, so "critical" never reads as critical from step 1
+    blocks = [Table(["peak severity", "detector", "first step at each level", "steps", "finding"],
+                    [[Cell(f.severity, f"sev-{f.severity}"), f.detector, level_steps(f), len(f.steps),
                       [Span(f.title, strong=True), "\n", f.explanation]] for f in fired],
                     row_classes=[f"row-{f.severity}" for f in fired])
               if fired else Note("No detector fired."),

@@ -1,0 +1,7 @@
+"""Small wording helpers shared by the command line and the reports."""
+from __future__ import annotations
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """"1 step", "2 steps", "0 steps" (``many``: an irregular plural)."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
