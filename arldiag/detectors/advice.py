@@ -112,18 +112,31 @@ def always_on_correction(cfg: Config) -> str | None:
     return f"off-policy sequence mask (delta {opsm:g})" if opsm is not None else None
 
 
-# The lag set's comparison (sample_runs/README.md, "Always-on mitigations against the closed loop"): on its 10
-# held-out seeds the masks on from step 0 ended higher than the closed loop (which switches the mask on only once the
-# alert turns critical; median final eval success 0.75 and 0.73 against 0.61), the off-policy sequence mask highest,
-# and truncated IS level with the loop (0.59). Each trainer's own setting, with its value; verl and TRL ship truncated
-# IS rather than the sequence mask.
-ALWAYS_ON = ("switch on an off-policy correction from step 0: the off-policy sequence mask of DeepSeek-V3.2 "
-             "(ms-swift off_policy_sequence_mask_delta, slime --use-opsm --opsm-delta; the reference trainer "
-             "--opsm-delta 0.03) or, in verl and TRL, truncated IS (verl "
-             "algorithm.rollout_correction.rollout_is=token with rollout_is_threshold=2.0 and "
-             "actor_rollout_ref.rollout.calculate_log_probs=True; TRL vllm_importance_sampling_correction=True with "
-             "vllm_importance_sampling_cap=2.0; the reference trainer --tis-cap 2); what the closed loop "
-             "(--auto-stabilize default) adds is a rollback and the mask for a run that did not start with them")
+# How each trainer is named in advice; a run's trainer (trainer_of) selects its own setting from a remedy's list.
+TRAINERS = {"verl": "verl", "trl": "TRL", "reference": "the reference trainer", "ms-swift": "ms-swift",
+            "slime": "slime"}
+# log names only one trainer writes (an imported run's run.json ``config.renamed`` keeps the originals)
+_TRAINER_PREFIXES = (("actor/", "verl"), ("critic/", "verl"), ("val-core/", "verl"), ("completions/", "trl"),
+                     ("rewards/", "trl"), ("frac_reward_zero_std", "trl"))
+_IMPORT_FORMATS = {"verl-jsonl": "verl", "trl-state": "trl", "trl-completions": "trl"}
+
+
+def trainer_of(manifest: Mapping[str, Any] | None) -> str | None:
+    """The trainer a run came from (a key of TRAINERS) or None when unknown: run.json's ``source`` / ``framework``
+    (top level or in ``config``, as the live integrations write it), an import's format or the trainer-specific
+    names it renamed, or the reference trainer's own config (``algo`` with an ``env``)."""
+    m = manifest or {}
+    cfg = m.get("config") if isinstance(m.get("config"), Mapping) else {}
+    for v in (m.get("source"), m.get("framework"), cfg.get("source"), cfg.get("framework")):
+        if isinstance(v, str) and v.lower() in TRAINERS:
+            return v.lower()
+    if cfg.get("import_format") in _IMPORT_FORMATS:
+        return _IMPORT_FORMATS[cfg["import_format"]]
+    renamed = cfg.get("renamed") if isinstance(cfg.get("renamed"), Mapping) else {}
+    found = {t for name in renamed for prefix, t in _TRAINER_PREFIXES if str(name).startswith(prefix)}
+    if len(found) == 1:
+        return found.pop()
+    return "reference" if "algo" in cfg and "env" in cfg else None
 
 
 @dataclass(frozen=True)
@@ -131,21 +144,48 @@ class Remedy:
     text: str
     has: Callable[[Config], str | None] | None = None   # the run already has it when this returns a phrase
     instead: str | None = None                           # what to say then ({has} = the phrase); None: leave out
+    # (trainer, its setting) pairs: a run of a known trainer is told its own setting, any other run all of them
+    settings: tuple[tuple[str, str], ...] = ()
+
+    def render(self, trainer: str | None) -> str:
+        if not self.settings:
+            return self.text
+        own = [v for t, v in self.settings if t == trainer]
+        if own:
+            return f"{self.text} ({TRAINERS[trainer]} {own[0]})"
+        if trainer is not None:  # a trainer without this setting: the remedy, without the others' settings
+            return self.text
+        return f"{self.text} ({'; '.join(f'{TRAINERS[t]} {v}' for t, v in self.settings)})"
 
 
 # the most common remedy, shared by several detectors' declarations
 LOWER_LR = Remedy("lower the learning rate")
 # the closed loop's levers for an entropy that runs away and for responses at the length cap, each with
 # the trainers' own setting and value; left out when the run already has it
-ENTROPY_BONUS_OFF = Remedy("switch the entropy bonus off (verl actor_rollout_ref.actor.entropy_coeff=0, TRL "
-                           "entropy_coef=0.0, the reference trainer --ent-coef 0)", no_entropy_bonus, None)
-CLIP_HIGH_DOWN = Remedy("bring clip-high back to clip-low (verl actor_rollout_ref.actor.clip_ratio_high=0.2, TRL "
-                        "epsilon_high=0.2, the reference trainer --clip-high 0.2)", clip_high_not_raised, None)
-MASK_TRUNCATED = Remedy("leave truncated responses out of the policy gradient (DAPO's overlong filtering: TRL "
-                        "mask_truncated_completions=True, the reference trainer --mask-truncated)", truncation_masked,
-                        None)
-# off-policy findings: a correction on from step 0 first (ALWAYS_ON), unless the run has one
-CORRECT_FROM_START = Remedy(ALWAYS_ON, always_on_correction, None)
+ENTROPY_BONUS_OFF = Remedy("switch the entropy bonus off", no_entropy_bonus, None,
+                           (("verl", "actor_rollout_ref.actor.entropy_coeff=0"), ("trl", "entropy_coef=0.0"),
+                            ("reference", "--ent-coef 0")))
+CLIP_HIGH_DOWN = Remedy("bring clip-high back to clip-low", clip_high_not_raised, None,
+                        (("verl", "actor_rollout_ref.actor.clip_ratio_high=0.2"), ("trl", "epsilon_high=0.2"),
+                         ("reference", "--clip-high 0.2")))
+MASK_TRUNCATED = Remedy("leave truncated responses out of the policy gradient, DAPO's overlong filtering",
+                        truncation_masked, None,
+                        (("trl", "mask_truncated_completions=True"), ("reference", "--mask-truncated")))
+# The lag set's comparison (sample_runs/README.md, "Always-on mitigations against the closed loop"): on its 10
+# held-out seeds the masks on from step 0 ended higher than the closed loop (which switches the mask on only once the
+# alert turns critical; median final eval success 0.75 and 0.73 against 0.61), the off-policy sequence mask highest,
+# and truncated IS level with the loop (0.59). Each trainer's own setting, with its value; verl and TRL ship truncated
+# IS rather than the sequence mask; what the closed loop (the reference trainer's) adds is said to its users.
+# off-policy findings: a correction on from step 0 first, unless the run has one
+CORRECT_FROM_START = Remedy(
+    "switch on an off-policy correction from step 0: the off-policy sequence mask of DeepSeek-V3.2 or truncated IS",
+    always_on_correction, None,
+    (("ms-swift", "off_policy_sequence_mask_delta"), ("slime", "--use-opsm --opsm-delta"),
+     ("verl", "truncated IS: algorithm.rollout_correction.rollout_is=token with rollout_is_threshold=2.0 and "
+              "actor_rollout_ref.rollout.calculate_log_probs=True"),
+     ("trl", "truncated IS: vllm_importance_sampling_correction=True with vllm_importance_sampling_cap=2.0"),
+     ("reference", "--opsm-delta 0.03, or truncated IS --tis-cap 2; what the closed loop (--auto-stabilize "
+                   "default) adds is a rollback and the mask for a run that did not start with them")))
 
 
 def settings_of(manifest: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -154,6 +194,9 @@ def settings_of(manifest: Mapping[str, Any] | None) -> dict[str, Any]:
     out = dict(m.get("config") or {})
     if m.get("algorithm") and "algo" not in out:
         out["algo"] = m["algorithm"]
+    trainer = trainer_of(m)
+    if trainer is not None:  # advice names this trainer's settings only (Remedy.render)
+        out.setdefault("trainer", trainer)
     return out
 
 
@@ -185,10 +228,11 @@ def advise(detector: str, config: Config | None, default: str = "") -> str:
     if not remedies or not config:
         return default
     parts, already = [], []
+    trainer = config.get("trainer")
     for r in remedies:
         has = r.has(config) if r.has is not None else None
         if has is None:
-            parts.append(r.text)
+            parts.append(r.render(trainer))
         else:
             already.append(has)
             if r.instead:
