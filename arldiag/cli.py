@@ -11,6 +11,8 @@ import os
 import sys
 import warnings
 
+from arldiag.settings import CONFIG_ENV, config_path
+
 # name -> (module, one-line help). Built-ins are registered here, the same way a plugin would be.
 COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("arldiag.commands.info", "print a run's manifest and table row counts"),
@@ -59,7 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         top.print_help()
         return 0 if not argv else 2
     name, rest = argv[0], argv[1:]
-    module = importlib.import_module(COMMANDS[name][0])
+    try:
+        module = importlib.import_module(COMMANDS[name][0])
+    except ModuleNotFoundError as exc:  # e.g. `arldiag dashboard` on the base install: the extra to add
+        return _missing_extra(name, exc)
     parser = argparse.ArgumentParser(prog=f"arldiag {name}", description=COMMANDS[name][1])
     module.add_arguments(parser)
     if not any(a.dest == "config" for a in parser._actions):
@@ -73,8 +78,17 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         os.environ["ARLDIAG_CONFIG"] = args.config
     warnings.formatwarning = _one_line_warning
+    _announce_config(name)
     try:
-        return int(module.main(args) or 0)
+        rc = int(module.main(args) or 0)
+        sys.stdout.flush()  # a reader that left shows up here, inside the handler below
+        return rc
+    except BrokenPipeError:  # `arldiag detect RUN | head`: the reader left; exit quietly (Python docs, "SIGPIPE")
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's final flush of stdout does not fail
+        return 1
+    except ModuleNotFoundError as exc:
+        return _missing_extra(name, exc)
     except Exception as exc:  # noqa: BLE001 - filtered by _user_error, re-raised otherwise
         if not _user_error(exc) or os.environ.get("ARLDIAG_DEBUG"):
             raise
@@ -86,6 +100,33 @@ def main(argv: list[str] | None = None) -> int:
                 os.environ.pop("ARLDIAG_CONFIG", None)
             else:
                 os.environ["ARLDIAG_CONFIG"] = previous
+
+
+# the optional modules a command may need -> the extra that installs them (pyproject.toml); the base install reads
+# and diagnoses logs (import, detect, report --format md/json, ls, eval-detect, verify) without any of them
+EXTRAS = {"plotly": "report", "tokenizers": "report", "dash": "dashboard", "torch": "trainer",
+          "transformers": "trainer", "scipy": "analysis", "tensorboard": "import", "wandb": "wandb",
+          "fsspec": "s3", "s3fs": "s3", "trl": "trl", "ray": "verl"}
+
+
+def _missing_extra(command: str, exc: ModuleNotFoundError) -> int:
+    """One line naming the extra that provides the missing module, exit code 2; a module no extra provides is a
+    bug and raises."""
+    top = (exc.name or "").split(".")[0]
+    if top not in EXTRAS or os.environ.get("ARLDIAG_DEBUG"):
+        raise exc
+    print(f"arldiag {command}: needs {top}, which is not installed: pip install 'arldiag[{EXTRAS[top]}]'",
+          file=sys.stderr)
+    return 2
+
+
+def _announce_config(command: str) -> None:
+    """Name the arldiag.toml a command applies (./arldiag.toml is read without being asked for, so the same command
+    can judge differently in another folder); `arldiag init` writes one and reads none."""
+    path = config_path()
+    if path and command != "init":
+        how = "--config or $ARLDIAG_CONFIG" if os.environ.get(CONFIG_ENV) else "found in the current folder"
+        print(f"arldiag {command}: config {path} ({how})", file=sys.stderr)
 
 
 def _user_error(exc: BaseException) -> bool:

@@ -47,10 +47,10 @@ class Monitor:
                  callback: Callable[[Alert, "Monitor"], Any] | None = None, stop_on: str | None = None,
                  min_severity: str = "watch", source: str = "online", run: str | None = None,
                  console_stream=None, config: Mapping[str, Any] | None = None,
-                 risk_model: str | None = None) -> None:
+                 risk_model: str | None = None, settings: Any = None) -> None:
         if stop_on is not None and stop_on not in ALERTING:
             raise ValueError(f"stop_on must be None or one of {ALERTING}, got {stop_on!r}")
-        self.evaluator = Evaluator(detectors, risk=risk, config=config, risk_model=risk_model)
+        self.evaluator = Evaluator(detectors, risk=risk, config=config, risk_model=risk_model, settings=settings)
         self._config_given = config is not None
         self.source, self.run, self.stop_on = source, run, stop_on
         self.collector = None

@@ -312,7 +312,9 @@ class Settings:
         from arldiag.monitor import Monitor
 
         m = self.values["monitor"]
-        args = dict(detectors=self.detectors(), risk=self.risk(), sinks=list(m["sinks"]) + self.channels(),
+        # no whole RiskConfig: the Evaluator picks the run's profile (token statistics or step scalars) and applies
+        # only the [risk] keys this configuration changes on top of that profile's fitted state (risk_for)
+        args = dict(detectors=self.detectors(), settings=self, sinks=list(m["sinks"]) + self.channels(),
                     stop_on=m["stop_on"] or None, min_severity=m["min_severity"])
         args.update(kwargs)
         return Monitor(**args)

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+# the share of the break (success, valid format, length, entropy) already there at the collapse step
+BREAK_AT_C = 0.6
 GROUP = 4           # rollouts per task (sample suite: 4 tasks x 4 rollouts)
 MINIBATCHES = 8     # updates per step (sample suite: 8 mini-batches, 1 epoch)
 FILL = 0.74         # mean response length / budget in the sample suite
@@ -67,7 +69,9 @@ def _phase(step: int, c: int | None) -> dict[str, float]:
     return {"nalis": min(0.9, max(0.0, 0.025 * (step - (c - 40) + 1))) if step >= c - 40 else 0.0,
             "kl": max(0.0, (step - (c - 20)) / 20.0) if step >= c - 20 else 0.0,
             "spike": 1.0 if step == c - 10 else (0.4 if step > c - 10 else 0.0),
-            "brk": min(1.0, (step - c + 1) / 8.0) if step >= c else 0.0}
+            # the break: at c itself success falls under half its level (the collapse label's rule, docs/detectors.md),
+            # the rest within 4 steps; a ramp from 1/8 at c put the label at c + 1
+            "brk": min(1.0, BREAK_AT_C + (1.0 - BREAK_AT_C) * (step - c) / 4.0) if step >= c else 0.0}
 
 
 def _write_step(col, rng, step: int, rank: int, b: int, T: int, c: int | None) -> int:

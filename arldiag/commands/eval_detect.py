@@ -45,6 +45,11 @@ def add_arguments(p) -> None:
                         "20 to 10 steps before the collapse (z against the 40 steps before that)")
 
 
+def _of(n: int, total: int, what: str, none: str) -> str:
+    """"stable runs without warning: 3/4", or ``none`` ("no stable runs") when there are none (not "0/0")."""
+    return f"{what}: {n}/{total}" if total else none
+
+
 def _pct(v) -> str:
     return "-" if v is None else f"{100 * v:.0f} %"
 
@@ -75,7 +80,7 @@ def main(args) -> int:
         print(json.dumps(res, indent=2, default=str))
         return 1 if args.check and not res["summary"]["all_pass"] else 0
     hdr = (f"{'run':<26} {'kind':<8} {'collapse':>8} {'dips':<10} {'1st warn':>8} {'lead':>5} {'false':>5} "
-           f"{'warn%':>5}  {'by':<18} pass")
+           f"{'warn%':>5}  {'by':<18} {'verdict':<9} pass")
     print(hdr)
     print("-" * len(hdr))
     f = lambda v: "-" if v is None else str(v)  # noqa: E731
@@ -85,15 +90,17 @@ def main(args) -> int:
              else f"{r['decline_step']}d")
         print(f"{r['run'][:26]:<26} {r['kind']:<8} {c:>8} {dips[:10]:<10} {f(r['first_warning_step']):>8} "
               f"{f(r['lead_time']):>5} {r['false_alarms']:>5} {100 * r['warning_share']:>5.0f}  "
-              f"{f(r['first_warning_detector']):<18} {'yes' if r['pass'] else 'NO'}")
+              f"{f(r['first_warning_detector']):<18} {r['verdict']:<9} {'yes' if r['pass'] else 'NO'}")
     s = res["summary"]
     print(f"\n{summary_line(s)}")
+    quiet = _of(s["stable_runs_without_warning"], s["stable"], "stable runs without any warning", "no stable runs")
     print(f"collapses alarmed before or within {ScoreConfig.late_points} logged points: {s['alarmed_by_late_points']}/"
-          f"{s['collapsing']}; stable runs without any warning: {s['stable_runs_without_warning']}/{s['stable']}"
+          f"{s['collapsing']}; {quiet}"
           + (f"; ambiguous runs (scored apart): {s['ambiguous']}" if s["ambiguous"] else ""))
     print(f"collapsing runs caught >= {s['min_lead']} steps ahead: {s['collapsing_warned_in_time']}/{s['collapsing']} "
-          f"(* early collapse: alarm at or before it); stable runs without warning: {s['stable_without_warning']}/"
-          f"{s['stable']}; runs with planted faults flagged: {s['faults_flagged']}/{s['fault']}")
+          f"(* early collapse: alarm at or before it); "
+          f"{_of(s['stable_without_warning'], s['stable'], 'stable runs without warning', 'no stable runs')}; "
+          f"{_of(s['faults_flagged'], s['fault'], 'runs with planted faults flagged', 'no runs with planted faults')}")
     if s["declines"]:
         print(f"declining runs (never learned, then fell; d: the step, not scored as collapses): {s['declines']}, "
               f"{s['declines_warned']} warned inside the {s['window']} steps before their decline or after, "

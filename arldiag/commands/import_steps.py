@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
+from arldiag.wording import plural
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from arldiag.importers import FORMATS
@@ -59,7 +61,8 @@ def import_steps(file: str, out: str, step_column: str | None = None, fmt: str |
     over both."""
     from arldiag.collectors.collector import Collector
     from arldiag.importers import IMPORTERS, STEP_FORMATS, guess_format
-    from arldiag.importers.steps import apply_plan, find_step_column, is_training, load_steps, name_plan
+    from arldiag.importers.steps import (STEP_COLUMNS, apply_plan, find_step_column, is_training, load_steps,
+                                         name_plan)
     from arldiag.importers.tensorboard import has_event_files
 
     path = Path(file)
@@ -82,6 +85,12 @@ def import_steps(file: str, out: str, step_column: str | None = None, fmt: str |
         if why:
             print(f"arldiag import: step column = {step_column} ({why}; --step-column chooses another)",
                   file=sys.stderr)
+        first = next(iter(importer.read(path)), None)
+        if first is not None and step_column not in first[1]:
+            print(f"arldiag import: warning: {path.name} has no step column ({step_column!r} nor any of "
+                  f"{', '.join(STEP_COLUMNS[1:4])}, ...): the row index is the step; --step-column NAME picks the "
+                  "column that holds it", file=sys.stderr)
+            step_column = None
     loaded = load_steps(path, importer, step_column)
     if loaded.stepless:
         print(f"arldiag import: skipped {loaded.stepless} row(s) without a {step_column!r} value", file=sys.stderr)
@@ -97,7 +106,8 @@ def import_steps(file: str, out: str, step_column: str | None = None, fmt: str |
     from arldiag.detectors.batch import log_interval
 
     interval = log_interval(sorted(s for s, m in steps.items() if is_training(m)))
-    config = {"imported_from": str(path), "import_format": fmt, "step_column": step_column,
+    config = {"imported_from": str(path), "import_format": fmt,
+              "step_column": step_column if step_column is not None else "(row index)",
               "log_interval_steps": interval, "renamed": plan, "task_score_from": copies.get("task_score"),
               "val_score_from": copies.get("val_score")}
     with Collector(out, config=config, clip=tuple(clip), name=name, algorithm=algorithm, strict=True) as col:
@@ -237,5 +247,5 @@ def main(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as exc:  # bad input: a message, not a traceback
         print(f"arldiag import: error: {exc}", file=sys.stderr)
         return 2
-    print(f"imported {n} steps into {args.out}", file=sys.stderr)
+    print(f"imported {plural(n, 'step')} into {args.out}", file=sys.stderr)
     return 0

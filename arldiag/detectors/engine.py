@@ -74,17 +74,20 @@ class StepResult:
 
 class Evaluator:
     def __init__(self, detectors=None, risk: RiskConfig | None = None, window_size: int = WINDOW_SIZE,
-                 config: Mapping | None = None, risk_model: str | None = None, interval: int | None = None) -> None:
+                 config: Mapping | None = None, risk_model: str | None = None, interval: int | None = None,
+                 settings=None) -> None:
         risk_model = calibrated_model() if risk_model is None else risk_model  # None: the calibrated default
         if risk_model not in RISK_MODELS:
             raise ValueError(f"risk_model must be one of {', '.join(RISK_MODELS)}, got {risk_model!r}")
         # without detectors or risk settings handed in, the active arldiag.toml / environment decides (one
         # configuration for every command, the Monitor and the integrations: arldiag.settings.active)
-        self.settings = None
-        if detectors is None or risk is None:
+        # ``settings`` (an arldiag.settings.Settings, e.g. Settings.monitor's own) stands for the active one
+        self.settings = settings
+        if self.settings is None and (detectors is None or risk is None):
             from arldiag.settings import active
 
             self.settings = active()
+        if self.settings is not None:
             if detectors is None and self.settings.detectors_changed():
                 detectors = self.settings.detectors()
         self.detectors: list[Detector] = resolve(detectors)

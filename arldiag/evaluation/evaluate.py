@@ -12,6 +12,7 @@ import json
 
 from arldiag.evaluation.scoring import ScoreConfig, episodes, score_run, summarize
 from arldiag.levels import ALERTING
+from arldiag.verdict import verdict_of
 
 SPLITS = ("dev", "heldout")
 
@@ -124,6 +125,8 @@ def evaluate(run, min_lead: int = 10, alarm_gap: int = 20, precursors: int = 0, 
             dec = decline_of(re.frame)
         r = score_evaluation(name, re.timeline, c, dips, injected_faults(run, name), re.evaluator.tracks, cfg,
                              dec, interval=interval, ambiguous=bool(lab and lab["ambiguous"]))
+        v = verdict_of(re, c, dec if c is None else None)  # the report's and `ls`'s word, on this run's label
+        r.update(verdict=v.status, verdict_reason=v.reason)
         r["split"] = split_of(run, name)
         r["label_source"] = "labels file" if lab is not None else "arldiag"
         rows.append(r)

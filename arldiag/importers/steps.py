@@ -45,15 +45,19 @@ class LoadedSteps:
     stepless: int                       # rows without a step value (a run summary): skipped
 
 
-def load_steps(path: Path, importer: Importer, step_column: str) -> LoadedSteps:
-    """The numeric metrics of every row of ``path``, joined by step."""
+def load_steps(path: Path, importer: Importer, step_column: str | None) -> LoadedSteps:
+    """The numeric metrics of every row of ``path``, joined by step; ``step_column`` None: the row index (0, 1, ...)
+    is the step (a log without a step column)."""
     steps: dict[int, dict[str, float]] = {}
     seen, numeric = set(), set()
     stepless = 0
-    for where, row in importer.read(path):
-        if step_column not in row:
+    for index, (where, row) in enumerate(importer.read(path)):
+        if step_column is None:
+            row = {**row, None: index}  # the None key is skipped as a metric below
+        elif step_column not in row:
             raise ValueError(f"step_column: {step_column!r} is not a column of {path} ({where} has "
-                             f"{', '.join(list(row)[:8])}...)")
+                             f"{', '.join(list(row)[:8])}...); --step-column NAME picks the column that holds the "
+                             "step")
         if row[step_column] is None or not str(row[step_column]).strip():
             stepless += 1  # a summary row (wandb's run summary, TRL's final train_runtime entry): no step to join
             continue

@@ -8,6 +8,7 @@ inject their own findings.
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.util
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from arldiag.findings import Finding
+from arldiag.progress import bar as progress_bar
 from arldiag.report import data as D
 from arldiag.views import catalog as S
 from arldiag.views import heatmap as H
@@ -73,6 +75,7 @@ class Report:
     version: str
     max_points: int
     decode: Callable[[int], str] | None = None
+    decode_note: str | None = None            # why tokens are shown by id (no tokenizers package)
 
     @property
     def runs(self) -> list[RunReport]:
@@ -233,19 +236,40 @@ def _pinned(found: list[Finding], window: tuple[int, int] | None) -> list[dict]:
     return out
 
 
+def tokenizers_installed() -> bool:
+    return importlib.util.find_spec("tokenizers") is not None
+
+
+def tokenizer_path(tokenizer: str | None, run_path: str | None) -> str | None:
+    """``tokenizer`` when given, else a tokenizer.json in the run folder or in its model/ folder (the reference
+    trainer's --save-model); None when there is none."""
+    if tokenizer is not None or not run_path:
+        return tokenizer
+    found = [p for p in (Path(run_path) / "tokenizer.json", Path(run_path) / "model" / "tokenizer.json")
+             if p.is_file()]
+    return str(found[0]) if found else None
+
+
+def decode_note(tokenizer: str | None, run_path: str | None) -> str | None:
+    """Why tokens are shown by id although a tokenizer.json is at hand: the ``tokenizers`` package is missing."""
+    cand = tokenizer_path(tokenizer, run_path)
+    if cand is None or not Path(cand).expanduser().is_file() or tokenizers_installed():
+        return None
+    return (f"Token ids are shown undecoded: decoding {cand} needs the tokenizers package "
+            "(pip install 'arldiag[report]').")
+
+
 def load_decoder(tokenizer: str | None, run_path: str | None = None) -> Callable[[int], str] | None:
     """A token-id -> text function from a local tokenizer (never downloaded): ``tokenizer`` (a tokenizer.json file
     or a local model folder), else a tokenizer.json in the run folder or in its model/ folder (the reference
-    trainer's --save-model). None when there is none."""
-    cand = tokenizer
-    if cand is None and run_path:
-        found = [p for p in (Path(run_path) / "tokenizer.json", Path(run_path) / "model" / "tokenizer.json")
-                 if p.is_file()]
-        cand = str(found[0]) if found else None
+    trainer's --save-model). None when there is none, or when the tokenizers package is missing (decode_note)."""
+    cand = tokenizer_path(tokenizer, run_path)
     if not cand:
         return None
     p = Path(cand).expanduser()
     if p.is_file():
+        if not tokenizers_installed():
+            return None  # the offenders section shows ids and says what decodes them (decode_note)
         from tokenizers import Tokenizer
 
         tok = Tokenizer.from_file(str(p))
@@ -261,17 +285,16 @@ def load_decoder(tokenizer: str | None, run_path: str | None = None) -> Callable
 def build_report(run: Any, baseline: Any = None, analyse: Analyse = detector_analysis, progress: bool = True,
                  max_points: int = 1500, tokenizer: str | None = None) -> Report:
     """Gather the report of ``run`` (a path or an open Run) and, optionally, of a ``baseline`` run."""
-    from tqdm.auto import tqdm
-
     if max_points < 10:
         raise ValueError(f"max_points must be >= 10, got {max_points!r}")
     runs = [_open(run, "run")] + ([_open(baseline, "baseline")] if baseline is not None else [])
-    with tqdm(total=5 * len(runs), desc="report", file=sys.stderr, disable=not progress, leave=False) as bar:
+    with progress_bar(total=5 * len(runs), desc="report", file=sys.stderr, disable=not progress, leave=False) as bar:
         reps = [gather(r, analyse, progress=bar) for r in runs]
     from arldiag import __version__
 
     main = reps[0]
     return Report(main=main, baseline=reps[1] if len(reps) > 1 else None,
                   generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), version=__version__,
-                  max_points=max_points, decode=load_decoder(tokenizer, main.path or None))
+                  max_points=max_points, decode=load_decoder(tokenizer, main.path or None),
+                  decode_note=decode_note(tokenizer, main.path or None))
 

@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from arldiag.progress import bar as progress_bar
+
 FORMATS = ("html", "md", "json")
 SUFFIX = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
 
@@ -41,8 +43,6 @@ def render(report: Any, fmt: str, progress: Any = None) -> str:
 def write_report(run: Any, output: str | None = None, fmt: str | None = None, baseline: Any = None,
                  progress: bool = True, **kwargs: Any) -> str:
     """Build and write a report; returns the output path ('-' for stdout). kwargs go to build_report."""
-    from tqdm.auto import tqdm
-
     from arldiag.report.build import build_report
 
     if fmt is None:
@@ -50,7 +50,7 @@ def write_report(run: Any, output: str | None = None, fmt: str | None = None, ba
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     report = build_report(run, baseline=baseline, progress=progress, **kwargs)
-    with tqdm(total=5, desc=f"render {fmt}", file=sys.stderr, disable=not progress or fmt != "html",
+    with progress_bar(total=5, desc=f"render {fmt}", file=sys.stderr, disable=not progress or fmt != "html",
               leave=False) as bar:
         text = render(report, fmt, bar)
     output = output or f"report.{fmt}"

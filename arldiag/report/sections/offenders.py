@@ -57,6 +57,8 @@ def build(report) -> Section:
                     "value."],
                    formats=HTML),
               Text(f"From {T.window_line(rep)}.", formats=MD)]
+    if report.decode_note:
+        blocks.append(Note(report.decode_note))
     items = []
     for o in rep.offenders:
         toks, mode = _tokens(o, decode, scale)
