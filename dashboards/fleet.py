@@ -26,7 +26,7 @@ from arldiag.levels import LEVELS, rank
 PENDING = "computing…"  # the verdict cell of a row not computed yet
 # sort order of the categorical columns: by severity, not alphabetically
 RANKS = {"state": {s: rank(s) for s in LEVELS},
-         "verdict": {"not enough history": 0, "healthy": 1, "at risk": 2, "declined": 3, "collapsed": 4,
+         "verdict": {"too short": 0, "no signal": 0, "healthy": 1, "at risk": 2, "declined": 3, "collapsed": 4,
                      "error": 5}}
 # cell backgrounds by state / verdict: light tints (no saturated red: the overview's collapse line is the page's red)
 TINTS = {"watch": "#fff6cc", "warning": "#ffe2bf", "critical": "#fbd3d3", "at risk": "#ffe2bf",

@@ -64,7 +64,7 @@ def test_fleet_rows_match_hand_computed_values(root: Path) -> None:
     assert (d["peak"], d["last"]) == (0.15, 0.01)
     # under the detectors' 10 steps of warm-up a quiet run is not called healthy
     assert (short["verdict"], short["steps"], short["last_step"], short["peak"], short["last"]) == \
-        ("not enough history", 3, 2, 0.5, 0.3)
+        ("too short", 3, 2, 0.5, 0.3)
     # the alert state now and the first warning are the alert timeline's (one replay gives both)
     for name in rows:
         state, warn = _timeline(root / name)
@@ -80,7 +80,7 @@ def test_ls_text_is_an_aligned_table(root: Path, capsys) -> None:
     assert [ln.split()[0] for ln in lines[1:]] == ["collapsed", "declined", "stable", "sweep/short"]
     verdict_at = lines[0].index("verdict")  # every verdict starts under its header
     assert [ln[verdict_at:].split("  ")[0] for ln in lines[1:]] == \
-        ["collapsed", "declined", "healthy", "not enough history"]
+        ["collapsed", "declined", "healthy", "too short"]
     steps_end = lines[0].index("steps") + len("steps")  # numbers right-aligned under theirs
     assert [ln[:steps_end].split()[-1] for ln in lines[1:]] == ["50", "40", "40", "3"]
     assert "0.800" in lines[1] and "0.050" in lines[1]

@@ -64,7 +64,7 @@ def test_rows_are_the_fleet_table_and_recomputed_only_when_a_run_changes(small_r
         assert {k: got[name][k] for k in w if k != "path"} == {k: v for k, v in w.items() if k != "path"}, name
     assert (got["a_collapsed"]["verdict"], got["a_collapsed"]["collapse_step"]) == ("collapsed", 25)
     assert (got["b_stable"]["verdict"], got["b_stable"]["state"]) == ("healthy", "ok")
-    assert got["sweep/c_short"]["verdict"] == "not enough history"
+    assert got["sweep/c_short"]["verdict"] == "too short"
     # nothing changed: no run is opened again
     v = rows.version
     opener.opened.clear()
@@ -100,7 +100,7 @@ def _rows() -> list[dict]:
             "outcome": "success_rate", "error": None}
     spec = [("r1", 40, "critical", "collapsed", 0.8), ("r2", 12, "ok", "healthy", 0.5),
             ("r3", None, None, F.PENDING, None), ("r4", 30, "warning", "at risk", 0.7), ("r5", 3, "ok",
-                                                                                         "not enough history", 0.1)]
+                                                                                         "too short", 0.1)]
     return [dict(base, id=n, name=n, steps=s, state=st, verdict=v, peak=p, last=p) for n, s, st, v, p in spec]
 
 

@@ -15,7 +15,7 @@ from arldiag.report.downsample import downsample_xy, minmax_indices
 from arldiag.report.figures import alert_segments
 from arldiag.report.recommend import evidence_line, recommendations
 from arldiag.report.signals import TIMELINE, resolve
-from arldiag.report.verdict import verdict
+from arldiag.verdict import verdict
 
 
 # ---------------------------------------------------------------- downsampling
@@ -71,37 +71,46 @@ def _f(det, status="fired", sev="warning", step=None, **kw):
     return Finding(detector=det, status=status, severity=sev, first_step=step, title=f"{det} title", **kw)
 
 
+def _pairs(df):
+    return list(zip(df["step"], df["state"]))
+
+
 def test_verdict_collapsed_with_precursor_and_lead_time():
+    """The precursor is the first non-lagging finding at warning or above inside the alert episode open at the
+    collapse (steps 30..44 here): the watch-level finding at 27 and the warning one before the episode are not."""
     fs = [_f("success_collapse", sev="critical", step=20),     # lagging: never the precursor
           _f("grad_norm_spike", sev="critical", step=38),
-          _f("neg_adv_low_is", sev="watch", step=27),
+          _f("neg_adv_low_is", sev="watch", step=27),          # watch: not a precursor
+          _f("kl_ref_drift", sev="warning", step=12),          # fell back before the episode: not a precursor
           _f("ppo_kl_spike", sev="info", step=10),             # info is not a precursor
           _f("clip_pressure", status="quiet", step=5)]
     tl = pd.DataFrame({"step": range(50), "state": ["ok"] * 30 + ["warning"] * 10 + ["critical"] * 10})
-    v = verdict(fs, 44, tl, lagging={"success_collapse"})
-    assert v.status == "collapsed" and v.collapse_step == 44
-    assert v.first_precursor["detector"] == "neg_adv_low_is"
-    assert v.first_precursor["step"] == 27 and v.first_precursor["lead_time"] == 17
+    v = verdict(fs, 44, _pairs(tl), lagging={"success_collapse"})
+    assert v.status == "collapsed" and v.collapse_step == 44 and v.episode == (30, 44)
+    assert v.first_precursor["detector"] == "grad_norm_spike"
+    assert v.first_precursor["step"] == 38 and v.first_precursor["lead_time"] == 6
     assert v.first_warning_step == 30 and v.warning_lead_time == 14
-    assert v.max_state == "critical" and v.n_fired == 4
+    assert v.max_state == "critical" and v.n_fired == 5
 
 
 def test_verdict_at_risk_and_healthy():
-    v = verdict([_f("kl_ref_drift", sev="warning", step=3)], None)
-    assert v.status == "at risk" and v.first_precursor["lead_time"] is None
-    v = verdict([_f("kl_ref_drift", sev="watch", step=3)], None,
-                pd.DataFrame({"step": [0, 1], "state": ["ok", "watch"]}))
+    # a finding at warning severity alone does not make a run at risk: the alert state does
+    v = verdict([_f("kl_ref_drift", sev="warning", step=3)], None, n_steps=20, warmup=10)
+    assert v.status == "healthy"
+    v = verdict([_f("kl_ref_drift", sev="watch", step=3)], None, _pairs(pd.DataFrame({"step": [0, 1],
+                                                                                      "state": ["ok", "watch"]})))
     assert v.status == "healthy" and v.max_state == "watch"
-    v = verdict([], None, pd.DataFrame({"step": [0, 1], "state": ["ok", "warning"]}))
-    assert v.status == "at risk"  # the alert state alone is enough
+    v = verdict([_f("kl_ref_drift", sev="warning", step=1)], None,
+                _pairs(pd.DataFrame({"step": [0, 1], "state": ["ok", "warning"]})))
+    assert v.status == "at risk" and v.first_precursor["step"] == 1 and v.first_precursor["lead_time"] is None
 
 
 def test_verdict_declined_counts_leads_to_the_decline():
-    tl = pd.DataFrame({"step": range(70), "state": ["ok"] * 35 + ["warning"] * 35})
-    v = verdict([_f("kl_ref_drift", sev="warning", step=25)], None, tl, decline=60)
+    tl = _pairs(pd.DataFrame({"step": range(70), "state": ["ok"] * 35 + ["warning"] * 35}))
+    v = verdict([_f("kl_ref_drift", sev="warning", step=40)], None, tl, decline=60)
     assert v.status == "declined" and v.collapse_step is None and v.decline_step == 60
-    assert v.first_precursor["lead_time"] == 35 and v.warning_lead_time == 25
-    assert v.summary.startswith("Declined at step 60:") and "35 steps before the decline" in v.summary
+    assert v.first_precursor["lead_time"] == 20 and v.warning_lead_time == 25
+    assert v.summary.startswith("Declined: the outcome never") and "20 steps before the decline" in v.summary
     v = verdict([], 44, tl, decline=60)  # a collapse wins over a decline a caller passed anyway
     assert v.status == "collapsed" and v.decline_step is None and v.warning_lead_time == 9
 
@@ -117,7 +126,7 @@ def test_recommendations_merge_and_name_evidence():
     assert [r.text for r in recs][0] == "Lower the LR."
     assert recs[0].severity == "critical" and recs[0].detectors == ["ppo_kl_spike", "grad_norm_spike"]
     assert recs[0].first_step == 30
-    assert "grad_norm_spike (warning) from step 40" in recs[0].evidence[1]
+    assert "grad_norm_spike (warning from step 40)" in recs[0].evidence[1]
     assert "peak_value=18.5" in recs[0].evidence[1] and "series" not in recs[0].evidence[1]
     assert len(recs) == 2 and "TIS" in recs[1].text  # default advice of the mismatch family
     assert recs[1].evidence == [evidence_line(fs[2])]
@@ -221,4 +230,4 @@ def test_dimension_sections_from_manifest_and_data():
     assert "50% of samples carry no learning signal (A == 0) on average." in secs["advantage_design"].shows
     assert any(s.startswith("Cov(logp, A) is positive on average") for s in secs["advantage_design"].shows)
     assert any(s.startswith("50% of groups have zero reward variance") for s in secs["dynamic_filtering"].shows)
-    assert secs["dynamic_filtering"].findings == ["zero_std_groups (warning) from step 2: zero-variance groups"]
+    assert secs["dynamic_filtering"].findings == ["zero_std_groups (warning from step 2): zero-variance groups"]

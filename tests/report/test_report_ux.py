@@ -35,23 +35,22 @@ def _short_run(path, success=(0.53, 0.4, 0.2, 0.1, 0.06)) -> str:
 
 def test_a_short_run_is_not_called_healthy(tmp_path) -> None:
     from arldiag.report.build import build_report
-    from arldiag.report.verdict import TOO_SHORT, detector_warmup
+    from arldiag.verdict import TOO_SHORT, detector_warmup
 
     run = _short_run(tmp_path / "short")
     warmup = detector_warmup()
     assert warmup == 10  # the success/format detectors' warmup (rollout.py), the largest of the registry
     v = build_report(run, progress=False).main.verdict
-    assert v.status == TOO_SHORT and v.summary.startswith(f"Not enough history: 5 step(s) recorded, the "
-                                                           f"detectors need {warmup}")
+    assert v.status == TOO_SHORT and v.summary.startswith(f"Too short: 5 logged steps, the detectors need {warmup}")
     out = subprocess.run([sys.executable, "-m", "arldiag.cli", "detect", run], capture_output=True, text=True)
-    assert f"not enough history: 5 step(s) recorded, the detectors need {warmup}" in out.stdout
+    assert f"too short: 5 logged steps, the detectors need {warmup}" in out.stdout
     html = subprocess.run([sys.executable, "-m", "arldiag.cli", "report", run, "-o", "-", "--format", "md",
                            "--no-progress"], capture_output=True, text=True).stdout
-    assert "not enough history" in html.lower() and "HEALTHY" not in html.upper().replace("HEALTHY RUN", "")
+    assert "too short" in html.lower() and "HEALTHY" not in html.upper().replace("HEALTHY RUN", "")
 
 
 def test_verdict_with_enough_history_is_healthy() -> None:
-    from arldiag.report.verdict import HEALTHY, TOO_SHORT, verdict
+    from arldiag.verdict import HEALTHY, TOO_SHORT, verdict
 
     assert verdict([], None, n_steps=9, warmup=10).status == TOO_SHORT
     assert verdict([], None, n_steps=10, warmup=10).status == HEALTHY
