@@ -113,9 +113,12 @@ def first_precursor(findings: Sequence[Finding], episode: tuple[int, int] | None
     if not cands:
         return None
     step, _, _, f = min(cands, key=lambda c: c[:3])
-    return {"detector": f.detector, "title": f.title, "severity": f.severity, "step": int(step),
-            "lead_time": None if event is None else int(event) - int(step),
-            "first_at": dict(f.evidence.get("first_at") or {})}
+    first_at = dict(f.evidence.get("first_at") or {})
+    # the level it had reached by that step (not its later peak): "warning from step 75", then critical from 80
+    reached = [lv for lv, s in first_at.items() if lv in LEVELS and s <= step]
+    return {"detector": f.detector, "title": f.title, "severity": max(reached, key=LEVELS.index) if reached
+            else f.severity, "peak_severity": f.severity, "step": int(step),
+            "lead_time": None if event is None else int(event) - int(step), "first_at": first_at}
 
 
 def first_state_step(timeline: Timeline, min_state: str = "warning") -> int | None:

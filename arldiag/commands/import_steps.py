@@ -18,6 +18,9 @@ from typing import Mapping
 
 from arldiag.wording import plural
 
+DEFAULT_CLIP = (0.2, 0.2)  # the token clip range stored when --clip is not given (GRPO's usual eps)
+DEFAULTS_KEY = "not_recorded"  # run.json config: the manifest settings that are defaults, not the log's
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from arldiag.importers import FORMATS
@@ -31,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=FORMATS, help="input format (same as the FORMAT argument)")
     parser.add_argument("--name", help="run name (default: the --out folder's name)")
     parser.add_argument("--algorithm", help="algorithm name stored in the manifest (e.g. grpo, cispo)")
-    parser.add_argument("--clip", type=float, nargs=2, metavar=("EPS_LOW", "EPS_HIGH"), default=(0.2, 0.2),
+    parser.add_argument("--clip", type=float, nargs=2, metavar=("EPS_LOW", "EPS_HIGH"), default=None,
                         help="token clip range of the original run, stored in the manifest (default 0.2 0.2)")
     parser.add_argument("--rename", action="append", default=[], metavar="OLD=NEW",
                         help="rename a column on import (repeatable), e.g. my_entropy=entropy")
@@ -54,7 +57,7 @@ def parse_renames(items: list[str]) -> dict[str, str]:
 
 
 def import_steps(file: str, out: str, step_column: str | None = None, fmt: str | None = None,
-                 name: str | None = None, algorithm: str | None = None, clip: tuple[float, float] = (0.2, 0.2),
+                 name: str | None = None, algorithm: str | None = None, clip: tuple[float, float] | None = None,
                  rename: Mapping[str, str] | None = None, keep_names: bool = False) -> int:
     """Write ``file``'s step metrics into a run store at ``out``; returns the number of steps written.
     Logged names are renamed to arldiag's (``name_plan``: the alias table) unless ``keep_names``; ``rename`` wins
@@ -109,8 +112,12 @@ def import_steps(file: str, out: str, step_column: str | None = None, fmt: str |
     config = {"imported_from": str(path), "import_format": fmt,
               "step_column": step_column if step_column is not None else "(row index)",
               "log_interval_steps": interval, "renamed": plan, "task_score_from": copies.get("task_score"),
-              "val_score_from": copies.get("val_score")}
-    with Collector(out, config=config, clip=tuple(clip), name=name, algorithm=algorithm, strict=True) as col:
+              "val_score_from": copies.get("val_score"),
+              # run.json settings a log does not carry: the Collector's defaults, which the report must not show as
+              # the run's own (report.dimensions "default X, not recorded")
+              DEFAULTS_KEY: [k for k in ("clip", "seq_clip", "dual_clip_c", "neg_adv_delta")
+                             if k != "clip" or clip is None]}
+    with Collector(out, config=config, clip=tuple(clip or DEFAULT_CLIP), name=name, algorithm=algorithm, strict=True) as col:
         for step in sorted(steps):
             col.record_step(step, metrics=steps[step])
     report_mapping(list(dict.fromkeys(columns)), plan, copies, steps, interval)
@@ -243,7 +250,7 @@ def main(args: argparse.Namespace) -> int:
             n = import_rollouts(path, args.out, args.name, args.algorithm, args.reward_column or None, fmt)
         else:
             n = import_steps(path, args.out, args.step_column, fmt, args.name, args.algorithm,
-                             tuple(args.clip), parse_renames(args.rename), args.keep_names)
+                             args.clip and tuple(args.clip), parse_renames(args.rename), args.keep_names)
     except (ValueError, FileNotFoundError) as exc:  # bad input: a message, not a traceback
         print(f"arldiag import: error: {exc}", file=sys.stderr)
         return 2

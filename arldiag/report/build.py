@@ -26,7 +26,7 @@ from arldiag.views import series as V
 from arldiag.views._sql import table_rows
 from arldiag.views.events import action_outcomes
 from arldiag.detectors.advice import settings_of, with_actions
-from arldiag.evaluation.precursors import precursor_scan
+from arldiag.evaluation.precursors import BASE, LEAD, precursor_scan
 from arldiag.report.dimensions import Dimension, sections
 from arldiag.report.recommend import Recommendation, recommendations
 from arldiag.verdict import Verdict, registry_lagging, verdict
@@ -65,6 +65,7 @@ class RunReport:
     clip: list[float] | None = None
     seq_clip: list[float] | None = None
     precursors: list[dict] | None = None      # step metrics that moved most before the collapse (None: no collapse)
+    precursor_base: int = BASE                # steps of the baseline window of that scan (precursor_base)
 
 
 @dataclass
@@ -131,7 +132,8 @@ def gather(run: Any, analyse: Analyse = detector_analysis, name: str | None = No
                     sections=sections(manifest, steps, cols, found), rows=rows, clip=clip, seq_clip=seq_clip)
 
     if v.event is not None:  # the metrics that moved 20..10 steps before the collapse or decline (precursors.py)
-        rep.precursors = training_precursors(steps, v.event[1], top=8)
+        rep.precursor_base = precursor_base(steps)
+        rep.precursors = training_precursors(steps, v.event[1], top=8, base=rep.precursor_base)
 
     tick(f"{name}: IS-ratio heatmaps")
     rep.heatmaps = _heatmaps(sub, name, rows, clip, seq_clip)
@@ -177,7 +179,34 @@ def _decline_step(steps: pd.DataFrame, collapse: int | None) -> int | None:
     return decline_of(steps)
 
 
-def training_precursors(steps: pd.DataFrame, collapse: int, top: int = 8) -> list[dict]:
+# the scan's smallest samples (evaluation.precursors.precursor_scan): 3 values in the lead window, 10 in the baseline
+MIN_LEAD_POINTS, MIN_BASE_POINTS = 3, 10
+
+
+def log_gap(steps: pd.DataFrame) -> int:
+    """Optimizer steps between logged points (the median gap; 1 for a run logged every step)."""
+    s = steps["step"].to_numpy() if "step" in steps else []
+    gaps = sorted(int(b - a) for a, b in zip(s, s[1:]) if b > a)
+    return max(1, gaps[len(gaps) // 2]) if gaps else 1
+
+
+def precursor_base(steps: pd.DataFrame) -> int:
+    """The baseline window in steps: BASE, widened so that it holds MIN_BASE_POINTS logged points of a run that
+    logs every few steps (a TRL log every 5 steps has 8 points in 40 steps, too few for the scan)."""
+    return max(BASE, MIN_BASE_POINTS * log_gap(steps))
+
+
+def history_needed(steps: pd.DataFrame, event: int, base: int) -> str:
+    """What the scan needs and what the run has before ``event``, in logged points."""
+    s = steps["step"].to_numpy() if "step" in steps else []
+    lo, hi = event - LEAD[1], event - LEAD[0]
+    n_lead = int(((s >= lo) & (s <= hi)).sum())
+    n_base = int(((s >= lo - base) & (s < lo)).sum())
+    return (f"the comparison needs {MIN_LEAD_POINTS} logged points in steps {lo}..{hi} (the run has {n_lead}) and "
+            f"{MIN_BASE_POINTS} in the {base} steps before them, {lo - base}..{lo - 1} (it has {n_base})")
+
+
+def training_precursors(steps: pd.DataFrame, collapse: int, top: int = 8, base: int = BASE) -> list[dict]:
     """The training signals that moved most before the collapse (precursor_scan over the training columns only),
     one entry per statistic: a column that is an alias of, or equal step by step to, a higher-ranked one is left
     out, keeping arldiag's own name (schema.STEP_METRICS) over a trainer's."""
@@ -187,7 +216,7 @@ def training_precursors(steps: pd.DataFrame, collapse: int, top: int = 8) -> lis
 
     own = {m.name for m in STEP_METRICS}
     cols = [c for c in steps.columns if c == "step" or _is_training_signal(c)]
-    ranked = precursor_scan(steps[cols], collapse, top=len(cols))
+    ranked = precursor_scan(steps[cols], collapse, base=base, top=len(cols))
     values = lambda c: steps[c].to_numpy(dtype=np.float64, na_value=np.nan)  # noqa: E731
     kept: list[dict] = []
     for r in ranked:

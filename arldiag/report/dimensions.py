@@ -73,8 +73,11 @@ def _related(findings: Sequence[Finding], dimension: str) -> list[str]:
             if f.fired and getattr(REGISTRY.get(f.detector), "dimension", None) == dimension]
 
 
-def _fmt_setting(name: str, value: Any) -> str:
-    return f"{name}: {value}" if value is not None else f"{name}: not recorded in the manifest"
+def _fmt_setting(name: str, value: Any, default: bool = False) -> str:
+    """``default``: the value is a default the run store filled in (an import), not a setting of the run."""
+    if value is None:
+        return f"{name}: not recorded"
+    return f"{name}: default {value}, not recorded" if default else f"{name}: {value}"
 
 
 def algorithm_of(manifest: Mapping[str, Any]) -> str | None:
@@ -87,6 +90,7 @@ def sections(manifest: Mapping[str, Any], steps: pd.DataFrame, cols: Mapping[str
              findings: Sequence[Finding]) -> list[Dimension]:
     """The four dimension sections. ``cols`` maps signal keys to resolved step columns (signals.resolve)."""
     cfg = manifest.get("config") or {}
+    unset = set(cfg.get("not_recorded") or ())  # written by `arldiag import` (commands.import_steps.DEFAULTS_KEY)
     algo = algorithm_of(manifest)
     c = cols.get
     out = []
@@ -115,8 +119,9 @@ def sections(manifest: Mapping[str, Any], steps: pd.DataFrame, cols: Mapping[str
     # 2. IS clipping -----------------------------------------------------------------------------------------------
     clip = manifest.get("clip")
     seq_clip = manifest.get("seq_clip")
-    did = [_fmt_setting("algorithm", algo), _fmt_setting("token clip [eps_low, eps_high]", clip),
-           _fmt_setting("sequence clip", seq_clip), _fmt_setting("dual-clip c", manifest.get("dual_clip_c"))]
+    did = [_fmt_setting("algorithm", algo), _fmt_setting("token clip [eps_low, eps_high]", clip, "clip" in unset),
+           _fmt_setting("sequence clip", seq_clip, "seq_clip" in unset),
+           _fmt_setting("dual-clip c", manifest.get("dual_clip_c"), "dual_clip_c" in unset)]
     if algo in TOLERANT_ALGOS:
         did.append(f"{algo} is a tolerant loss: gradients keep flowing for tokens outside the clip band "
                    "(ARLArena: fast learning, then collapse).")
@@ -140,7 +145,8 @@ def sections(manifest: Mapping[str, Any], steps: pd.DataFrame, cols: Mapping[str
     mask = config_value(cfg, ("nalis_mask", "neg_adv_low_is_mask"))
     did = [_fmt_setting("advantage estimator", est), _fmt_setting("GiGPO omega", config_value(cfg, ("omega",))),
            _fmt_setting("neg-adv low-IS mask", mask),
-           _fmt_setting("mask delta", manifest.get("neg_adv_delta", config_value(cfg, ("nalis_delta",)))),
+           _fmt_setting("mask delta", manifest.get("neg_adv_delta", config_value(cfg, ("nalis_delta",))),
+                        "neg_adv_delta" in unset),
            _fmt_setting("KL-to-reference coefficient", config_value(cfg, ("kl_coef", "kl_loss_coef")))]
     shows = [s for s in (describe(steps, c("adv_zero_frac"), "samples with A == 0"),
                          describe(steps, c("adv_neg_frac"), "samples with A < 0"),

@@ -31,11 +31,83 @@ def alert_segments(timeline: pd.DataFrame | None, max_segments: int = 300) -> li
     return band_spans(timeline, max_segments)
 
 
-def _vline(fig: go.Figure, x: float, color: str, dash: str, text: str) -> None:
+def _vline(fig: go.Figure, x: float, color: str, dash: str, text: str, level: int = 0) -> None:
+    """A marker line over every panel, its label above the plot area on row ``level`` (marker_levels), clear of the
+    first panel's title."""
     fig.add_shape(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1, line=dict(color=color, dash=dash,
                                                                                         width=1.5))
     fig.add_annotation(x=x, y=1.0, xref="x", yref="paper", text=text, showarrow=False, yanchor="bottom",
-                       font=dict(color=color, size=11))
+                       yshift=TITLE_PX + LABEL_PX * level, font=dict(color=color, size=11))
+
+
+TITLE_PX, LABEL_PX = 22, 15  # height of a panel title and of one row of marker labels, in pixels
+
+
+def marker_levels(xs: Sequence[float], labels: Sequence[str], x_range: tuple[float, float],
+                  width_px: float = 1100.0) -> list[int]:
+    """Label rows for markers at ``xs``: a label goes on the lowest row where it does not overlap a label already
+    placed (about 7 px per character, centred on its x), so "precursor 39" and "collapse 40" no longer print over
+    each other."""
+    span = max(x_range[1] - x_range[0], 1e-9)
+    placed: list[list[tuple[float, float]]] = []
+    out = []
+    for x, text in zip(xs, labels):
+        half = 3.5 * len(text) + 4
+        c = (x - x_range[0]) / span * width_px
+        lo, hi = c - half, c + half
+        row = next((i for i, spans in enumerate(placed) if all(hi < a or lo > b for a, b in spans)), len(placed))
+        if row == len(placed):
+            placed.append([])
+        placed[row].append((lo, hi))
+        out.append(row)
+    return out
+
+
+def _same_series(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> bool:
+    return a[0].shape == b[0].shape and np.array_equal(a[0], b[0]) and np.allclose(a[1], b[1], equal_nan=True)
+
+
+def flat(runs: Sequence, key: str) -> bool:
+    """Zero or missing at every step of every run: a signal the run does not have (e.g. the mask counter of a run
+    without the mask), which would be a flat line on a -1..1 axis."""
+    return all(not np.any(np.nan_to_num(series(r.steps, r.cols[key])[1], nan=0.0)) for r in runs if key in r.cols)
+
+
+def hidden_signals(runs: Sequence, keys: Sequence[str]) -> dict[str, str]:
+    """{key: why} of the signals (in ``keys`` order) a figure leaves out: flat ones (``flat``), and those whose series
+    in the first run repeats an earlier one (an imported run's task score copied from its reward would draw the same
+    curve twice)."""
+    main, seen, out = runs[0], {}, {}
+    for key in keys:
+        if flat(runs, key):
+            out[key] = "zero or missing at every step"
+            continue
+        if key not in main.cols:
+            continue
+        xy = series(main.steps, main.cols[key])
+        same = next((k for k, s in seen.items() if _same_series(xy, s)), None)
+        if same is not None:
+            label = S.BY_KEY[same].label if same in S.BY_KEY else same
+            out[key] = f"the same series as {label}"
+        else:
+            seen[key] = xy
+    return out
+
+
+def timeline_panels(runs: Sequence) -> list:
+    """[(title, [(index, signal)], log_y)] of the catalog's TIMELINE panels split by scale, before hiding."""
+    return [(title, sigs, p.log_y) for p in S.TIMELINE for title, sigs in split_by_scale(runs, p)]
+
+
+def distinct_panels(runs: Sequence, panels: list) -> list:
+    """The panels without the hidden signals (``hidden_signals``); panels left empty dropped."""
+    hidden = hidden_signals(runs, [sig.key for _, sigs, _ in panels for _, sig in sigs])
+    out = []
+    for title, sigs, log_y in panels:
+        keep = [(j, sig) for j, sig in sigs if sig.key not in hidden]
+        if keep:
+            out.append((title if len(keep) == len(sigs) else _title(title, keep), keep, log_y))
+    return out
 
 
 SCALE_RATIO = 10.0  # signals whose typical magnitudes differ more than this get panels of their own
@@ -73,11 +145,17 @@ def split_by_scale(runs: Sequence, panel: S.Panel) -> list[tuple[str, list[tuple
              [(j, sig) for j, sig, _ in sorted(g, key=lambda t: t[0])]) for g in groups]
 
 
+def _title(title: str, keep: list) -> str:
+    """A split panel's title (split_by_scale: "Panel: a, b, c") naming only the signals kept."""
+    head = title.split(": ", 1)[0]
+    return head if ": " not in title else f"{head}: {', '.join(sig.label for _, sig in keep)}"
+
+
 def timeline_figure(runs: Sequence, max_points: int) -> go.Figure | None:
     """Key signals in stacked panels (one step axis, ticks on every panel); the first run solid, a baseline dashed.
     Signals of different scale get panels of their own (split_by_scale). Alert bands and markers come from the
     first run."""
-    panels = [(title, sigs, p.log_y) for p in S.TIMELINE for title, sigs in split_by_scale(runs, p)]
+    panels = distinct_panels(runs, timeline_panels(runs))
     if not panels:
         return None
     height = 190 * len(panels) + 120
@@ -106,29 +184,42 @@ def timeline_figure(runs: Sequence, max_points: int) -> go.Figure | None:
     for x0, x1, state in alert_segments(main.timeline):
         fig.add_shape(type="rect", xref="x", yref="paper", x0=x0, x1=x1, y0=0, y1=1, fillcolor=STATE_COLORS[state],
                       line=dict(width=0), layer="below")
-    v = main.verdict
-    if v.event is not None:  # the collapse, or the decline of a run that never learned enough to collapse
-        what, step = v.event
-        _vline(fig, step, EVENT_COLORS[what], "solid", f"{what} {step}")
-    if v.first_precursor is not None:
-        _vline(fig, v.first_precursor["step"], "#e07000", "dash", f"precursor {v.first_precursor['step']}")
-    if main.actions is not None:  # what --auto-stabilize did, one marker per step that acted
-        for step, grp in main.actions.groupby("step", sort=True):
-            _vline(fig, int(step), "#2060c0", "dot", "+".join(grp["action"]) + f" {int(step)}")
-    for r in runs[1:]:
-        if r.verdict.collapse_step is not None:
-            _vline(fig, r.verdict.collapse_step, "#777777", "dot", f"{r.name} collapse")
+    marks = _markers(runs)
+    xs = [s for r in runs for s in r.steps["step"].tolist()] if any(len(r.steps) for r in runs) else [0, 1]
+    levels = marker_levels([m[0] for m in marks], [m[3] for m in marks], (min(xs), max(xs)))
+    for (x, color, dash, text), level in zip(marks, levels):
+        _vline(fig, x, color, dash, text, level)
     # one legend per panel, beside it (plotly >= 5.15 multiple legends), instead of one long list under the plot
     legends = {}
     for row in range(1, len(panels) + 1):
         dom = fig.layout["yaxis" if row == 1 else f"yaxis{row}"].domain
         legends["legend" if row == 1 else f"legend{row}"] = dict(x=1.01, xanchor="left", y=dom[1], yanchor="top",
                                                                   font=dict(size=10), bgcolor="rgba(0,0,0,0)")
-    fig.update_layout(template=TEMPLATE, height=height, margin=dict(l=60, r=20, t=50, b=40),
+    top = TITLE_PX + LABEL_PX * (max(levels, default=-1) + 1) + 20
+    fig.update_layout(template=TEMPLATE, height=height, margin=dict(l=60, r=20, t=max(50, top), b=40),
                       hovermode="x unified", **legends)
     fig.update_xaxes(showticklabels=True)  # shared axes hide all but the bottom panel's ticks
     fig.update_xaxes(title_text="step", row=len(panels), col=1)
     return fig
+
+
+def _markers(runs: Sequence) -> list[tuple[float, str, str, str]]:
+    """(step, colour, dash, label) of the timeline's marker lines in step order: the outcome event, the first
+    precursor, each step --auto-stabilize acted at, a baseline's collapse."""
+    main, out = runs[0], []
+    v = main.verdict
+    if v.event is not None:  # the collapse, or the decline of a run that never learned enough to collapse
+        what, step = v.event
+        out.append((step, EVENT_COLORS[what], "solid", f"{what} {step}"))
+    if v.first_precursor is not None:
+        out.append((v.first_precursor["step"], "#e07000", "dash", f"precursor {v.first_precursor['step']}"))
+    if main.actions is not None:  # what --auto-stabilize did, one marker per step that acted
+        for step, grp in main.actions.groupby("step", sort=True):
+            out.append((int(step), "#2060c0", "dot", "+".join(grp["action"]) + f" {int(step)}"))
+    for r in runs[1:]:
+        if r.verdict.collapse_step is not None:
+            out.append((r.verdict.collapse_step, "#777777", "dot", f"{r.name} collapse"))
+    return sorted(out, key=lambda m: m[0])
 
 
 def heatmap_figure(hm: Heatmap, title: str) -> go.Figure:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from arldiag.evaluation.precursors import LEAD
+from arldiag.report.build import history_needed
 from arldiag.verdict import AT_RISK, COLLAPSED, DECLINED, HEALTHY, NO_SIGNAL, TOO_SHORT
 from arldiag.wording import plural
 
@@ -138,12 +140,10 @@ def precursor_intro(rep) -> str | None:
     """The sentence above the precursor table; None when the run neither collapsed nor declined."""
     if rep.precursors is None or rep.verdict.event is None:
         return None
-    from arldiag.evaluation.precursors import BASE, LEAD
-
     what, c = rep.verdict.event
+    base = rep.precursor_base
     if not rep.precursors:
-        return (f"Too little history before the {what} at step {c} to compare steps {c - LEAD[1]}..{c - LEAD[0]} "
-                f"with the {BASE} steps before them.")
+        return f"Too little history before the {what} at step {c}: {history_needed(rep.steps, c, base)}."
     return (f"Step metrics that moved most in steps {c - LEAD[1]}..{c - LEAD[0]}, 10 to 20 steps before the {what} "
-            f"at step {c}: z = (mean there - mean over the {BASE} steps before) / (their std / sqrt(n)). Small |z| "
+            f"at step {c}: z = (mean there - mean over the {base} steps before) / (their std / sqrt(n)). Small |z| "
             f"everywhere means no recorded statistic announced the {what} in time.")

@@ -78,7 +78,8 @@ def test_first_precursor_lies_inside_the_episode_open_at_the_collapse():
     # a finding already at warning when the episode opened counts from the episode's first step, not from before
     early = _fired("kl_ref_drift", "warning", 60, [(60, 85)])
     v = verdict([blip, length, early], 90, tl, n_steps=25, warmup=10)
-    assert (v.first_precursor["step"], v.first_precursor["severity"]) == (75, "critical")  # tie: the more severe
+    p = v.first_precursor  # tie at 75: the more severe peak; its level at 75 is warning (critical from 80)
+    assert (p["detector"], p["step"], p["severity"], p["peak_severity"]) == ("length_growth", 75, "warning", "critical")
     # no episode open at the collapse: no precursor is claimed
     v = verdict([blip], 90, [(s, "ok") for s in range(0, 125, 5)], n_steps=25, warmup=10)
     assert v.first_precursor is None and "no precursor is claimed" in v.summary

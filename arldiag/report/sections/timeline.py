@@ -16,6 +16,10 @@ def build(report) -> Section:
     caption = ("Shaded bands: alert state (yellow watch, orange warning, red critical); blue dotted lines: "
                "auto-stabilize actions. Solid: this run" + (", dashed: baseline" if report.baseline else "")
                + f". Series are min-max downsampled to at most {mp} points; findings use the full data.")
+    order = [sig.key for _, sigs, _ in figures().timeline_panels(runs) for _, sig in sigs]
+    hidden = figures().hidden_signals(runs, order)
+    if hidden:
+        caption += " Not drawn: " + "; ".join(f"{S.BY_KEY[k].label} ({why})" for k, why in hidden.items()) + "."
     summary = Table(["signal"] + [r.name for r in runs],
                     [[S.BY_KEY[k].label] + [signal_summary(r, k) for r in runs] for k in keys])
     return Section(ID, TITLE, [Text(caption, muted=True, formats=("html",)),
