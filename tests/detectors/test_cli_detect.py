@@ -110,8 +110,9 @@ def _fake_eval(monkeypatch, states, collapse, levels=None, tops=None, dips=(), d
     steps = list(range(len(states)))
     tops = tops or ["x"] * len(states)
     tracks = {d: SimpleNamespace(max_level=lv) for d, lv in (levels or {}).items()}
-    fake = SimpleNamespace(timeline=list(zip(steps, [0.6] * len(states), states, tops)),
-                           evaluator=SimpleNamespace(tracks=tracks, interval=1), frame=None)
+    fake = SimpleNamespace(timeline=list(zip(steps, [0.6] * len(states), states, tops)), name="r", steps=steps,
+                           evaluator=SimpleNamespace(tracks=tracks, interval=1, findings=lambda name, steps: []),
+                           frame=None)
     monkeypatch.setattr(det, "evaluate_run", lambda run, name, risk_model=None: fake)
     monkeypatch.setattr(det, "events_of", lambda frame: (collapse, list(dips)))
     monkeypatch.setattr(det, "decline_of", lambda frame: decline)

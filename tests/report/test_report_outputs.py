@@ -227,8 +227,8 @@ def test_injected_findings_and_offender_window_fallback(stable_run):
     rep = build_report(stable_run, analyse=analyse, progress=False)
     v = rep.main.verdict
     assert v.status == "collapsed" and v.collapse_step == 1000
-    assert v.first_precursor == {"detector": "my_detector", "title": "custom", "severity": "warning", "step": 3,
-                                 "lead_time": 997}
+    # its only finding fired at step 3, long before the alert episode open at the collapse (from 995): no lead
+    assert v.first_precursor is None and v.episode == (995, 995) and v.warning_lead_time == 5
     assert [r.text for r in rep.main.recommendations] == ["Do the custom thing."]
     assert rep.main.window is None and len(rep.main.offenders) == 6
 
@@ -246,7 +246,7 @@ def test_declining_run_is_named_in_every_format(tmp_path):
     run = str(tmp_path / "declining")
     j = json.loads(_report(run, tmp_path, "json"))
     assert j["verdict"] == "declined" and j["collapse_step"] is None and j["decline_step"] == 40
-    assert j["summary"].startswith("Declined at step 40:")
+    assert j["summary"].startswith("Declined: the outcome never reached") and "from step 40" in j["summary"]
     md = _report(run, tmp_path, "md")
     assert "**DECLINED**" in md and "| decline step | 40 |" in md and "| collapse step | none |" in md
     assert "## What moved before the decline\n\n" in md and "before the decline at step 40" in md
