@@ -78,7 +78,7 @@ def _print_text(findings, names, show_all: bool, timeline) -> None:
         rows = mine if show_all else fired
         for f in rows:
             if f.fired:
-                print(f"  {_paint(f.severity, f'{f.severity.upper():8s}')} {f.detector:<18} {level_steps(f):<36} "
+                print(f"  {_paint(f.severity, f'{f.severity.upper():8s}')} {f.detector:<18} {level_steps(f):<44} "
                       f"{plural(len(f.steps), 'step'):>9}  {f.title}")
                 if f.evidence.get("note"):
                     print(f"  {'':8s} {'':<18} peak at step {f.evidence.get('peak_step')}: {f.evidence['note']}")
