@@ -77,6 +77,13 @@ ALIASES: dict[str, str] = {
     "reward": "reward_mean", "critic/rewards/mean": "reward_mean", "reward_mean": "reward_mean",
     "mean_reward": "reward_mean", "avg_reward": "reward_mean", "rewards/mean": "reward_mean",
     "reward/mean": "reward_mean", "env/reward_mean": "reward_mean", "reward_std": "reward_std",
+    # training-inference mismatch (schema.py "logged" metrics; the verl rollout_corr/* and TRL sampling/* names the
+    # schema cites are added by alias_table). verl's rollout-correction IS weight statistics, its IcePop
+    # out-of-band fraction (those weights are zeroed: masked), OpenRLHF's vllm_kl (token-mean lp_roll - lp_old, as
+    # verl's rollout_corr/kl) and slime's per-sample mean |lp_old - lp_roll|
+    "rollout_corr/rollout_is_mean": "mismatch_is_mean", "rollout_corr/rollout_is_max": "mismatch_is_max",
+    "rollout_corr/rollout_is_min": "mismatch_is_min", "rollout_corr/rollout_is_oob_ratio": "mismatch_masked_frac",
+    "vllm_kl": "mismatch_k1", "train_rollout_logprob_abs_diff": "mismatch_log_abs_seq_mean",
 }
 # arldiag's own outcome columns: they feed success_collapse and the collapse label already, so a live trainer
 # that logs them (the reference trainer) gets no task_score copy of them (LiveResolver(skip_sources=...))
