@@ -2,24 +2,18 @@
 metrics with the definitions docs/schema.md gives, through `arldiag import` and a live ``record_step``; verl's values
 come from verl's own rollout-correction helper, TRL's (its code path needs vLLM) by hand after grpo_trainer.py;
 each is checked against an independent numpy formula. mismatch_drift reads them and stays quiet on healthy series."""
-import contextlib
-import csv
-import io
 import json
-import math
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from arldiag.commands.import_steps import import_steps
 from arldiag.detectors.batch import evaluate_run, steps_frame
 from arldiag.detectors.mismatch import abs_to_k3
 from arldiag.store.reader import open_run
+from integrations.logfiles import REAL, import_log, write_csv
 from integrations.need import need
 
-REAL = Path(os.environ.get("ARLDIAG_REAL_RUNS") or Path(__file__).resolve().parents[3] / "shared" / "real_runs")
 needs_real = pytest.mark.skipif(not (REAL / "labels.json").exists(), reason="shared/real_runs not beside the repo")
 LENGTHS = (7, 5, 3, 6)
 
@@ -59,22 +53,6 @@ def _verl_metrics(old, roll, mask) -> dict:
     return metrics
 
 
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    cols = list(dict.fromkeys(k for r in rows for k in r))
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, cols)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: repr(v) for k, v in r.items()})
-
-
-def _import(path: Path, out: Path) -> str:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        import_steps(str(path), str(out))
-    return err.getvalue()
-
-
 VERL_NAMES = {"rollout_corr/kl": "mismatch_k1", "rollout_corr/k3_kl": "mismatch_k3",
               "rollout_corr/chi2_token": "mismatch_chi2", "rollout_corr/chi2_seq": "mismatch_chi2_seq",
               "rollout_corr/log_ppl_diff": "mismatch_log_ppl_diff",
@@ -96,8 +74,8 @@ def test_verl_rollout_corr_import_equals_definitions(tmp_path):
         for k, name in VERL_NAMES.items():
             assert m[k] == pytest.approx(expect[step][name], rel=1e-7, abs=1e-12), k
     assert any(e["mismatch_is_high_frac"] > 0 for e in expect.values())  # the threshold cut something
-    _write_csv(tmp_path / "verl.csv", rows)
-    msg = _import(tmp_path / "verl.csv", tmp_path / "run")
+    write_csv(tmp_path / "verl.csv", rows)
+    msg = import_log(tmp_path / "verl.csv", tmp_path / "run")
     assert "rollout_corr/k3_kl -> mismatch_k3" in msg and "not read by any detector: rollout_corr" not in msg
     run = open_run(str(tmp_path / "run"))
     df = steps_frame(run, run.names[0]).set_index("step")
@@ -168,8 +146,8 @@ def test_trl_sampling_names_import_and_live(tmp_path):
                         "mismatch_log_abs_max": e["mismatch_log_abs_max"], "mismatch_is_mean": float(kept.mean()),
                         "mismatch_is_min": float(kept.min()), "mismatch_is_max": float(kept.max())}
     assert any(v["mismatch_is_min"] == 0.0 for v in expect.values())  # a sequence was masked (ratio > 3)
-    _write_csv(tmp_path / "trl.csv", rows)
-    _import(tmp_path / "trl.csv", tmp_path / "imported")
+    write_csv(tmp_path / "trl.csv", rows)
+    import_log(tmp_path / "trl.csv", tmp_path / "imported")
     run = open_run(str(tmp_path / "imported"))
     df = steps_frame(run, run.names[0]).set_index("step")
     with Collector(tmp_path / "live", strict=True) as col:
@@ -194,8 +172,8 @@ def _levels(tmp_path: Path, name: str, series: np.ndarray, interval: int = 5) ->
     steps = interval * np.arange(1, len(series) + 1)
     rows = [{"step": int(s), "reward": 0.5, "sampling/sampling_logp_difference/mean": float(v)}
             for s, v in zip(steps, series)]
-    _write_csv(tmp_path / f"{name}.csv", rows)
-    _import(tmp_path / f"{name}.csv", tmp_path / name)
+    write_csv(tmp_path / f"{name}.csv", rows)
+    import_log(tmp_path / f"{name}.csv", tmp_path / name)
     lv = []
     evaluate_run(open_run(str(tmp_path / name)), name, names=["mismatch_drift"], levels_out=lv)
     return [x.get("mismatch_drift", 0) for x in lv]
@@ -222,7 +200,7 @@ def test_mismatch_drift_quiet_on_stable_development_runs(tmp_path):
     stable = [n for n, lab in labels.items() if lab["collapse_step"] is None and not lab.get("ambiguous")]
     with_mismatch = 0
     for name in stable:
-        _import(REAL / f"{name}.csv", tmp_path / name)
+        import_log(REAL / f"{name}.csv", tmp_path / name)
         lv = []
         re_ = evaluate_run(open_run(str(tmp_path / name)), name, levels_out=lv)
         with_mismatch += bool(re_.frame.get("mismatch_log_abs_mean", np.array([np.nan])).notna().any())

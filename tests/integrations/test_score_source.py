@@ -1,25 +1,20 @@
 """The task score is read from ONE column per run: chosen once at import (over the whole file) and at the first live
 ``record_step`` with a candidate; a row without that column has no score (no other column fills in); a count, a
 total of several reward terms or a rate-named column outside [-1, 1] is never the score (arldiag/aliases.py)."""
-import contextlib
 import csv
-import io
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
 
 from arldiag.aliases import LiveResolver, admissible, task_score_source, val_score_source
-from arldiag.commands.import_steps import import_steps
 from arldiag.detectors.batch import evaluate_run, steps_frame
 from arldiag.evaluation.evaluate import score_evaluation
 from arldiag.evaluation.scoring import ScoreConfig
 from arldiag.store.reader import open_run
+from integrations.logfiles import REAL, import_log, write_csv
 
-# beside the repository (../shared/real_runs), or where ARLDIAG_REAL_RUNS says (a git worktree elsewhere)
-REAL = Path(os.environ.get("ARLDIAG_REAL_RUNS") or Path(__file__).resolve().parents[3] / "shared" / "real_runs")
 needs_real = pytest.mark.skipif(not (REAL / "labels.json").exists(), reason="shared/real_runs not beside the repo")
 
 
@@ -100,14 +95,6 @@ def test_collector_record_step_one_column_and_resume(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ import
-def _write(path: Path, rows: list[dict]) -> None:
-    cols = list(dict.fromkeys(k for r in rows for k in r))
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, cols)
-        w.writeheader()
-        w.writerows(rows)
-
-
 def _relog_verl_console(src: Path, dst: Path) -> int:
     """``src`` re-logged as verl's console log of a multi-turn tool agent: every 10th row is a validation line that
     lacks the score and every other reward column (critic/score/*, critic/rewards/*, TRL's reward, rewards/*) and
@@ -120,15 +107,8 @@ def _relog_verl_console(src: Path, dst: Path) -> int:
                 r.pop(k)
             r["rollout/tool_success_avg"] = f"{1 + (i * 7919 % 400) / 100:.2f}"  # 1.00 .. 4.99
             n += 1
-    _write(dst, rows)
+    write_csv(dst, rows)
     return n
-
-
-def _import(path: Path, out: Path) -> str:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        import_steps(str(path), str(out))
-    return err.getvalue()
 
 
 def _detection(out: Path, name: str, label: dict):
@@ -147,8 +127,8 @@ def test_verl_console_relog_detects_as_logged(tmp_path, run, score):
     label = json.loads((REAL / "labels.json").read_text())[run]
     relog = tmp_path / f"{run}.csv"
     n_drop = _relog_verl_console(REAL / f"{run}.csv", relog)
-    _import(REAL / f"{run}.csv", tmp_path / "orig" / run)
-    msg = _import(relog, tmp_path / "relog" / run)
+    import_log(REAL / f"{run}.csv", tmp_path / "orig" / run)
+    msg = import_log(relog, tmp_path / "relog" / run)
     n_rows = sum(1 for _ in csv.DictReader(relog.open()))
     assert f"task score = {score} ({n_rows - n_drop} of {n_rows} rows; {n_drop} without it stay empty;" in msg
     a, b = (_detection(tmp_path / d / run, run, label) for d in ("orig", "relog"))
