@@ -119,6 +119,9 @@ _GENERIC = re.compile(r"(^|[/_.])(reward|rewards|score|scores|accuracy|acc|succe
 _COUNTLIKE = re.compile(r"count|num_|(^|[/_.])(num|n|number|calls?|turns?)([/_.@]|$)|tool", re.I)
 # a name that claims a rate: its values lie in [-1, 1] (0/1 or +1/-1 outcomes), else it is no rate (``admissible``)
 _RATELIKE = re.compile(r"acc|correct|success|pass|solve|rate|frac", re.I)
+# ... unless it names a reward or a score, which keeps its own scale (Unsloth's rewards/correctness_reward_func
+# gives 2.0 for a correct answer)
+_OWN_SCALE = re.compile(r"reward|score", re.I)
 # a total over reward terms (TRL's user-logged rewards/total_reward, EasyR1's reward/overall)
 _SUMLIKE = re.compile(r"total|overall|(^|[/_.])sum([/_.]|$)|combined", re.I)
 # EasyR1's per-term reward (reward/accuracy, reward/format): a term beside its total
@@ -215,8 +218,9 @@ def reward_terms(names: Iterable[str]) -> list[str]:
 def admissible(name: str, values: Iterable[float]) -> bool:
     """Whether ``name`` may be the task score given its values: a name that claims a rate (accuracy, success, pass
     rate) whose values leave [-1, 1] is a count or a sum under a rate's name (a mean number of successful tool
-    calls, 1.79), not a rate. Other names keep their own scale (a reward model's score, a sum of rewards)."""
-    if name == TASK_SCORE or not _RATELIKE.search(name):
+    calls, 1.79), not a rate. A reward or a score (``rewards/correctness_reward_func`` giving 2.0) and any other name
+    keep their own scale."""
+    if name == TASK_SCORE or not _RATELIKE.search(name) or _OWN_SCALE.search(name):
         return True
     return all(-1.0 <= v <= 1.0 for v in values if v == v)
 

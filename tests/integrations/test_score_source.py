@@ -35,6 +35,10 @@ def test_rate_named_column_outside_its_scale_is_not_a_rate():
     assert task_score_source(list(vals)) == "train/success_mean"  # without values the name alone decides
     assert admissible("acc", [0.0, 1.0]) and admissible("acc", [-1.0, 1.0]) and not admissible("acc", [0.5, 1.5])
     assert admissible("critic/score/mean", [3.0, 7.5])  # a reward model's score keeps its own scale
+    # Unsloth's correctness reward gives 2.0 for a correct answer: a reward function, not a rate
+    unsloth = {"reward": [0.5, 2.5], "rewards/correctness_reward_func": [0.0, 2.0],
+               "rewards/strict_format_reward_func": [0.0, 0.5], "rewards/xmlcount_reward_func": [0.1, 0.4]}
+    assert task_score_source(list(unsloth), values=unsloth) == "rewards/correctness_reward_func"
     assert admissible("acc", [math.nan, 0.5])            # missing values do not count against it
     vv = {"val/accuracy": [12.0], "val/score": [0.3]}
     assert val_score_source(list(vv), vv) == "val/score"
