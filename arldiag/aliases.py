@@ -295,6 +295,7 @@ class LiveResolver:
         self._table: dict[str, str] | None = None
         self._plans: dict[frozenset, list[tuple[str, str]]] = {}
         self.sources: dict[str, str | None] = dict(sources or {})  # task_score / val_score -> logged column
+        self._barren: set[tuple[str, frozenset]] = set()  # (score, key set) without any candidate name
 
     def _plan(self, keys: frozenset) -> list[tuple[str, str]]:
         if self._table is None:  # arldiag.toml [aliases], then the names given here, on top of the table
@@ -309,15 +310,23 @@ class LiveResolver:
                 taken.add(to)
         return plan
 
-    def _choose(self, metrics: Mapping[str, float]) -> None:
-        """Fix each score's column at the first step that has one (once per run)."""
-        for to, pick in ((TASK_SCORE, lambda: task_score_source(metrics, False, {k: (v,) for k, v in
-                                                                                 metrics.items()})),
-                         (VAL_SCORE, lambda: val_score_source(metrics, {k: (v,) for k, v in metrics.items()}))):
-            if to not in self.sources:
-                src = pick()
-                if src is not None:
-                    self.sources[to] = src
+    def _choose(self, metrics: Mapping[str, float], keys: frozenset) -> None:
+        """Fix each score's column at the first step that has one (once per run). A key set without any candidate
+        name is remembered, so a run that never logs a validation score pays one lookup per distinct key set."""
+        values = {k: (v,) for k, v in metrics.items()}
+        names = list(metrics)  # the trainer's order (a frozenset's would change with the hash seed)
+        for to, pick in ((TASK_SCORE, lambda v: task_score_source(names, False, v)),
+                         (VAL_SCORE, lambda v: val_score_source(names, v))):
+            if to in self.sources or (to, keys) in self._barren:
+                continue
+            if pick(None) is None:  # no candidate name at all, whatever the values
+                if len(self._barren) > 512:
+                    self._barren.clear()
+                self._barren.add((to, keys))
+                continue
+            src = pick(values)
+            if src is not None:
+                self.sources[to] = src
 
     def __call__(self, metrics: Mapping[str, float]) -> dict[str, float]:
         keys = frozenset(metrics)
@@ -327,7 +336,7 @@ class LiveResolver:
                 self._plans.clear()
             plan = self._plans[keys] = self._plan(keys)
         if len(self.sources) < 2:
-            self._choose(metrics)
+            self._choose(metrics, keys)
         out = dict(metrics)
         for src, to in plan:
             out[to] = metrics[src]
