@@ -8,17 +8,20 @@ a trainer that logs those names, so both give the detectors the same columns (do
   A name that is not in the table is looked up once more without a leading ``train/``, ``train_``, ``rollout/``,
   ``metrics/`` or ``policy/`` (``train/entropy`` -> ``entropy``).
 * The *task score* (``task_score``): what the run is trained to raise, on whatever scale it is logged (0/1
-  accuracy, +1/-1 as verl's ReTool recipe, a sum of reward functions). ``task_score_source`` picks it from the
-  logged names: verl's ``critic/score/mean``; TRL's ``rewards/<fn>/mean`` of the accuracy-like reward function
-  when several are logged (``mc_idx_reward``, not ``think_format_reward``); an accuracy or success rate; else the
-  total reward; else a validation score, for a loop that scores only at evaluation. ``val_score_source`` picks a validation score the same way (``val-core/*/acc/mean@1``,
-  ``eval/answer_accuracy``, ``val/test_score/*``).
+  accuracy, +1/-1 as verl's ReTool recipe, a reward model's score). ``task_score_source`` picks ONE column per run
+  from the logged names (and values, where known): verl's ``critic/score/mean``; TRL's ``rewards/<fn>/mean`` of
+  the accuracy-like reward function when several are logged (``mc_idx_reward``, not ``think_format_reward``); an
+  accuracy or success rate; else the total reward when it is not a sum of several logged terms; else a validation
+  score, for a loop that scores only at evaluation. Never a count (tool calls, turns, ``num_*``), a total of
+  several reward terms, or a rate-named column whose values leave [-1, 1]. ``val_score_source`` picks a validation
+  score the same way (``val-core/*/acc/mean@1``, ``eval/answer_accuracy``, ``val/test_score/*``). A row without
+  the chosen column has no score: no other column fills in (``LiveResolver`` keeps the choice for a live run).
 * ``score_bounds``: the scale of a score from the values seen: [0, 1], [-1, 1], or unknown (None).
 """
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
 TASK_SCORE = "task_score"
 VAL_SCORE = "val_score"
@@ -74,6 +77,13 @@ ALIASES: dict[str, str] = {
     "reward": "reward_mean", "critic/rewards/mean": "reward_mean", "reward_mean": "reward_mean",
     "mean_reward": "reward_mean", "avg_reward": "reward_mean", "rewards/mean": "reward_mean",
     "reward/mean": "reward_mean", "env/reward_mean": "reward_mean", "reward_std": "reward_std",
+    # training-inference mismatch (schema.py "logged" metrics; the verl rollout_corr/* and TRL sampling/* names the
+    # schema cites are added by alias_table). verl's rollout-correction IS weight statistics, its IcePop
+    # out-of-band fraction (those weights are zeroed: masked), OpenRLHF's vllm_kl (token-mean lp_roll - lp_old, as
+    # verl's rollout_corr/kl) and slime's per-sample mean |lp_old - lp_roll|
+    "rollout_corr/rollout_is_mean": "mismatch_is_mean", "rollout_corr/rollout_is_max": "mismatch_is_max",
+    "rollout_corr/rollout_is_min": "mismatch_is_min", "rollout_corr/rollout_is_oob_ratio": "mismatch_masked_frac",
+    "vllm_kl": "mismatch_k1", "train_rollout_logprob_abs_diff": "mismatch_log_abs_seq_mean",
 }
 # arldiag's own outcome columns: they feed success_collapse and the collapse label already, so a live trainer
 # that logs them (the reference trainer) gets no task_score copy of them (LiveResolver(skip_sources=...))
@@ -103,6 +113,19 @@ _TASKLIKE = re.compile(r"acc|correct|answer|exact|match|math|gsm|solve|success|p
 _AUXLIKE = re.compile(r"format|think|tag|length|len\b|repeti|style|mdi|attention|penalty|cosine|xml|lang", re.I)
 _GENERIC = re.compile(r"(^|[/_.])(reward|rewards|score|scores|accuracy|acc|success|correct|solved|pass)"
                       r"([/_.](mean|avg|average|rate))?$|(^|[/_.])(mean|avg|average)[/_.]?(reward|score|accuracy)$", re.I)
+# declared exclusions (docs/integrations/importers.md "The task score"): a name that counts things is never the
+# score, whatever its values: verl's multi-turn agent loop logs rollout/tool_success_avg (mean successful tool calls
+# per sample, 1.79, 4.11) and num_turns/*, SkyRL/Tinker log turn and token counts, ms-swift num_* counters
+_COUNTLIKE = re.compile(r"count|num_|(^|[/_.])(num|n|number|calls?|turns?)([/_.@]|$)|tool", re.I)
+# a name that claims a rate: its values lie in [-1, 1] (0/1 or +1/-1 outcomes), else it is no rate (``admissible``)
+_RATELIKE = re.compile(r"acc|correct|success|pass|solve|rate|frac", re.I)
+# ... unless it names a reward or a score, which keeps its own scale (Unsloth's rewards/correctness_reward_func
+# gives 2.0 for a correct answer)
+_OWN_SCALE = re.compile(r"reward|score", re.I)
+# a total over reward terms (TRL's user-logged rewards/total_reward, EasyR1's reward/overall)
+_SUMLIKE = re.compile(r"total|overall|(^|[/_.])sum([/_.]|$)|combined", re.I)
+# EasyR1's per-term reward (reward/accuracy, reward/format): a term beside its total
+_REWARD_TERM = re.compile(r"^(?:train/)?reward/(?P<fn>(?!(?:mean|std|min|max|avg_raw_reward)$)[^/]+)$")
 _NOT_SCORE = re.compile(r"std|min|max|var|loss|penalty|format|length|kl|advantage|value|return", re.I)
 # validation scores: a name that starts like an evaluation and ends like a score
 _VAL_PREFIX = re.compile(r"^(val-core|val|validation|eval|evaluation|test)[/_-]", re.I)
@@ -136,46 +159,90 @@ def resolve_name(name: str, table: Mapping[str, str]) -> str | None:
     return None
 
 
-def task_score_source(names: Iterable[str], validation_fallback: bool = True) -> str | None:
-    """The logged name that is the run's task score, or None (see the module doc). ``validation_fallback``: when
-    nothing else is found, the validation score (an import sees every column of the log at once; a live trainer's
-    validation-only step must not turn its validation score into the training score)."""
-    names = list(dict.fromkeys(names))
-    have = set(names)
-    if TASK_SCORE in have:
-        return TASK_SCORE
-    for n in TASK_SCORE_NAMES:
-        if n in have:
+def task_score_source(names: Iterable[str], validation_fallback: bool = True,
+                      values: Mapping[str, Iterable[float]] | None = None) -> str | None:
+    """The logged name that is the run's task score, or None (see the module doc): the first of
+    ``task_score_candidates`` that ``admissible`` accepts. ``values``: the column's values where they are known (the
+    whole file at import, the first step live), so a rate-named column that holds counts is passed over.
+    ``validation_fallback``: when nothing else is found, the validation score (an import sees every column of the
+    log at once; a live trainer's validation-only step must not turn its validation score into the training score)."""
+    values = values or {}
+    for n in task_score_candidates(names, validation_fallback):
+        if admissible(n, values.get(n, ())):
             return n
-    fns = [(m.group("fn"), n) for n in names if (m := _REWARD_FN.match(n))]
-    task = [n for fn, n in fns if _TASKLIKE.search(fn) and not _AUXLIKE.search(fn)]
-    if task:
-        return task[0]
+    return None
+
+
+def task_score_candidates(names: Iterable[str], validation_fallback: bool = True) -> Iterator[str]:
+    """The logged names that may be the task score, most specific first. Never a count (``_COUNTLIKE``: tool calls,
+    turns, ``num_*``) and never a total of several reward terms (``reward_terms``: TRL's ``reward`` beside two or
+    more ``rewards/<fn>/mean``, EasyR1's ``reward/overall``, a ``*total*`` column)."""
+    names = [n for n in dict.fromkeys(names) if n == TASK_SCORE or not _COUNTLIKE.search(n)]
+    have = set(names)
+    summed = len(reward_terms(names)) >= 2
+    if TASK_SCORE in have:
+        yield TASK_SCORE
+    yield from (n for n in TASK_SCORE_NAMES if n in have)
+    fns = [(m.group("fn"), n) for n in names if (m := _REWARD_FN.match(n)) and not _SUMLIKE.search(m.group("fn"))]
+    yield from (n for fn, n in fns if _TASKLIKE.search(fn) and not _AUXLIKE.search(fn))
     plain = [n for fn, n in fns if not _AUXLIKE.search(fn)]
     if len(fns) > 1 and len(plain) == 1:
-        return plain[0]  # one reward function that is not a format/length term: the task
-    for n in REWARD_TOTALS:
-        if n in have:
-            return n
-    if len(fns) == 1:
-        return fns[0][1]
+        yield plain[0]  # one reward function that is not a format/length term: the task
+    if not summed:
+        yield from (n for n in REWARD_TOTALS if n in have)
+        if len(fns) == 1:
+            yield fns[0][1]
     # last resort, a hand-written loop's own name: a training-side mean of an accuracy, success, score or reward
     # (``train/reward_mean``, ``avg_score``, ``episode/success``), accuracy-like names first, the shortest first
-    generic = [n for n in names if _GENERIC.search(n) and not _NOT_SCORE.search(n) and not is_validation(n)]
-    if generic:
-        return min(generic, key=lambda n: (not _TASKLIKE.search(n.rsplit("/", 1)[-1]), len(n), n))
+    generic = [n for n in names if _GENERIC.search(n) and not _NOT_SCORE.search(n) and not is_validation(n)
+               and not (summed and (n in REWARD_TOTALS or _SUMLIKE.search(n)))]
+    yield from sorted(generic, key=lambda n: (not _TASKLIKE.search(n.rsplit("/", 1)[-1]), len(n), n))
     # a loop that logs its score only at evaluation (``eval/answer_accuracy`` every N steps): that is its score
-    return val_score_source(names) if validation_fallback else None
+    if validation_fallback:
+        val = val_score_source(names)
+        if val is not None:
+            yield val
 
 
-def val_score_source(names: Iterable[str]) -> str | None:
+def reward_terms(names: Iterable[str]) -> list[str]:
+    """The per-term reward columns a trainer logs beside its total: TRL's ``rewards/<fn>/mean`` (``rewards/<fn>``
+    before 0.16) and EasyR1's ``reward/<term>`` (``reward/accuracy``, ``reward/format``); totals excluded."""
+    out = []
+    for n in names:
+        m = _REWARD_FN.match(n) or _REWARD_TERM.match(n)
+        if m and not _SUMLIKE.search(m.group("fn")):
+            out.append(n)
+    return out
+
+
+def admissible(name: str, values: Iterable[float]) -> bool:
+    """Whether ``name`` may be the task score given its values: a name that claims a rate (accuracy, success, pass
+    rate) whose values leave [-1, 1] is a count or a sum under a rate's name (a mean number of successful tool
+    calls, 1.79), not a rate. A reward or a score (``rewards/correctness_reward_func`` giving 2.0) and any other name
+    keep their own scale."""
+    if name == TASK_SCORE or not _RATELIKE.search(name) or _OWN_SCALE.search(name):
+        return True
+    return all(-1.0 <= v <= 1.0 for v in values if v == v)
+
+
+def in_scale(name: str, value: float) -> bool:
+    """One value of the chosen score column, live: a rate-named column's value outside [-1, 1] is no score value
+    (``admissible`` on one value), and the step's score stays empty."""
+    return admissible(name, (value,))
+
+
+def val_score_source(names: Iterable[str], values: Mapping[str, Iterable[float]] | None = None) -> str | None:
     """The logged name of a validation score, or None: ``val-core`` before other prefixes, an accuracy before a
-    reward, ``@1`` / the shortest name first."""
-    cands = [n for n in dict.fromkeys(names) if _VAL_PREFIX.match(n)
-             and (_VAL_SCORE.search(n) or _VAL_SOURCE_SCORE.match(n))
-             and not re.search(r"(std|min|max|num_turns|length)", n, re.I)]
+    reward, ``@1`` / the shortest name first; never a count (``_COUNTLIKE``) nor a rate-named column whose
+    ``values`` leave [-1, 1] (``admissible``)."""
+    names = list(dict.fromkeys(names))
     if VAL_SCORE in set(names):
         return VAL_SCORE
+    values = values or {}
+    cands = [n for n in names if _VAL_PREFIX.match(n)
+             and (_VAL_SCORE.search(n) or _VAL_SOURCE_SCORE.match(n))
+             and not re.search(r"(std|min|max|num_turns|length)", n, re.I) and not _COUNTLIKE.search(n)
+             and admissible(n, values.get(n, ()))]
 
     def key(n: str):
         return (not n.lower().startswith("val-core"), not re.search(r"acc|correct|success|pass", n, re.I),
@@ -212,13 +279,23 @@ class LiveResolver:
     """``record_step(metrics)`` -> the same metrics plus the arldiag names and ``task_score`` / ``val_score`` the
     table resolves, for a trainer that logs verl/TRL names live. The mapping is computed once per distinct set
     of logged names (a trainer logs the same keys every step), so a step costs a dict lookup and a few copies.
-    A name the trainer already logs under arldiag's own name is never overwritten."""
+    A name the trainer already logs under arldiag's own name is never overwritten.
 
-    def __init__(self, extra: Mapping[str, str] | None = None, skip_sources: Iterable[str] = ()) -> None:
+    The task score's column is chosen ONCE, at the first step that carries a candidate (``task_score_source`` on
+    that step's names and values), and the validation score's at the first step with one; ``sources`` holds the
+    choice (the Collector keeps it in run.json). A later step without that column gets no ``task_score``: another
+    column never fills in (verl's validation line lacks critic/score/mean but carries rollout/tool_success_avg).
+    ``sources`` given (a resumed run, or ``arldiag import``, which chose over the whole file): those columns, and
+    None for "no such score", are fixed from the start."""
+
+    def __init__(self, extra: Mapping[str, str] | None = None, skip_sources: Iterable[str] = (),
+                 sources: Mapping[str, str | None] | None = None) -> None:
         self._extra = dict(extra or {})
         self._skip = frozenset(skip_sources)
         self._table: dict[str, str] | None = None
         self._plans: dict[frozenset, list[tuple[str, str]]] = {}
+        self.sources: dict[str, str | None] = dict(sources or {})  # task_score / val_score -> logged column
+        self._barren: set[tuple[str, frozenset]] = set()  # (score, key set) without any candidate name
 
     def _plan(self, keys: frozenset) -> list[tuple[str, str]]:
         if self._table is None:  # arldiag.toml [aliases], then the names given here, on top of the table
@@ -231,11 +308,25 @@ class LiveResolver:
             if to is not None and to != k and to not in taken:
                 plan.append((k, to))
                 taken.add(to)
-        for src, to in ((task_score_source(keys, validation_fallback=False), TASK_SCORE),
-                        (val_score_source(keys), VAL_SCORE)):
-            if src is not None and src != to and to not in keys and src not in self._skip:
-                plan.append((src, to))
         return plan
+
+    def _choose(self, metrics: Mapping[str, float], keys: frozenset) -> None:
+        """Fix each score's column at the first step that has one (once per run). A key set without any candidate
+        name is remembered, so a run that never logs a validation score pays one lookup per distinct key set."""
+        values = {k: (v,) for k, v in metrics.items()}
+        names = list(metrics)  # the trainer's order (a frozenset's would change with the hash seed)
+        for to, pick in ((TASK_SCORE, lambda v: task_score_source(names, False, v)),
+                         (VAL_SCORE, lambda v: val_score_source(names, v))):
+            if to in self.sources or (to, keys) in self._barren:
+                continue
+            if pick(None) is None:  # no candidate name at all, whatever the values
+                if len(self._barren) > 512:
+                    self._barren.clear()
+                self._barren.add((to, keys))
+                continue
+            src = pick(values)
+            if src is not None:
+                self.sources[to] = src
 
     def __call__(self, metrics: Mapping[str, float]) -> dict[str, float]:
         keys = frozenset(metrics)
@@ -244,9 +335,13 @@ class LiveResolver:
             if len(self._plans) > 256:  # a trainer with ever-changing keys: keep the memory bounded
                 self._plans.clear()
             plan = self._plans[keys] = self._plan(keys)
-        if not plan:
-            return dict(metrics)
+        if len(self.sources) < 2:
+            self._choose(metrics, keys)
         out = dict(metrics)
         for src, to in plan:
             out[to] = metrics[src]
+        for to, src in self.sources.items():
+            if (src is not None and src != to and to not in out and src in metrics and src not in self._skip
+                    and in_scale(src, metrics[src])):
+                out[to] = metrics[src]
         return out

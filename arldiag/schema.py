@@ -261,7 +261,9 @@ STEP_AGG_NAMES = [a.name for a in STEP_AGGS]
 class Metric:
     """A step metric derived from raw aggregates. kind:
     sum(a) | mean(nums, den, scale=1, offset=0) = scale*sum(nums)/den + offset | max(a) | min(a)
-    | std(s, ss, n) population std | cov(sxy, sx, sy, n) | corr(sxy, sx, sy, sxx, syy, n) | exp_mean(num, den)"""
+    | std(s, ss, n) population std | cov(sxy, sx, sy, n) | corr(sxy, sx, sy, sxx, syy, n) | exp_mean(num, den)
+    | logged() no aggregate: only a trainer metric of that name fills it (what trainers log, arldiag does not
+    compute from tensors)"""
     name: str
     kind: str
     args: tuple
@@ -325,19 +327,50 @@ STEP_METRICS: list[Metric] = [
     M("kl_ref_k2", "mean", (("sum_kl_ref_k2",), "n_tok_ref"), "token-mean 0.5 (lp_ref - lp)^2 (k2)", "nats"),
     M("kl_ref_k3", "mean", (("sum_kl_ref_k3",), "n_tok_ref"), "token-mean k3 = exp(x) - x - 1, x = lp_ref - lp",
       "nats", "verl actor/kl_loss with low_var_kl"),
-    M("mismatch_k1", "mean", (("sum_mis_k1",), "n_tok_mis"), "token-mean lp_roll - lp_old", "nats"),
+    M("mismatch_k1", "mean", (("sum_mis_k1",), "n_tok_mis"), "token-mean lp_roll - lp_old", "nats",
+      "verl rollout_corr/kl"),
     M("mismatch_k3", "mean", (("sum_mis_k3",), "n_tok_mis"), "token-mean exp(d) - d - 1, d = lp_old - lp_roll",
-      "nats"),
+      "nats", "verl rollout_corr/k3_kl"),
     M("mismatch_chi2", "mean", (("sum_mis_rho_sq",), "n_tok_mis"), "chi2_token = E[rho^2] - 1, rho = exp(d)",
-      offset=-1.0),
+      offset=-1.0, source="verl rollout_corr/chi2_token"),
     M("mismatch_prob_abs_mean", "mean", (("sum_mis_prob_abs",), "n_tok_mis"), "mean |p_old - p_roll|", "",
       "verl training/rollout_probs_diff_mean"),
     M("mismatch_prob_abs_max", "max", ("max_mis_prob_abs",), "max |p_old - p_roll|", "",
       "verl training/rollout_probs_diff_max"),
-    M("mismatch_log_abs_max", "max", ("max_mis_abs_log",), "max |lp_old - lp_roll|", "nats"),
+    M("mismatch_log_abs_max", "max", ("max_mis_abs_log",), "max |lp_old - lp_roll|", "nats",
+      "TRL sampling/sampling_logp_difference/max"),
     M("mismatch_prob_corr", "corr", ("sum_p_old_p_roll", "sum_p_old", "sum_p_roll", "sum_p_old_sq", "sum_p_roll_sq",
                                      "n_tok_mis"), "Pearson correlation of p_old and p_roll", "",
       "verl training/rollout_probs_pearson_corr"),
+    # Training-inference mismatch as trainers log it (kind "logged": arldiag does not compute these from tensors;
+    # a trainer's metric of that name fills them, docs/integrations/importers.md "Mismatch"). d = lp_old - lp_roll
+    # per response token (trainer's recomputed log-prob minus the rollout engine's), rho = exp(d), i a sequence.
+    M("mismatch_log_abs_mean", "logged", (), "token-mean |d| (TRL: per-rank token mean, averaged over ranks)",
+      "nats", "TRL sampling/sampling_logp_difference/mean"),
+    M("mismatch_log_abs_seq_mean", "logged", (), "mean over sequences of the sequence's token-mean |d|", "nats",
+      "slime train_rollout_logprob_abs_diff"),
+    M("mismatch_chi2_seq", "logged", (), "chi2_seq = mean_i exp(2 sum_t d) - 1 (sequence-level IS weight "
+      "variance; verl clamps sum_t d to [-20, 20])", "", "verl rollout_corr/chi2_seq"),
+    M("mismatch_log_ppl_diff", "logged", (), "mean_i (mean_t lp_roll - mean_t lp_old) = log(training ppl / rollout "
+      "ppl) averaged over sequences", "nats", "verl rollout_corr/log_ppl_diff"),
+    M("mismatch_log_ppl_abs_diff", "logged", (), "mean_i |mean_t lp_roll - mean_t lp_old|", "nats",
+      "verl rollout_corr/log_ppl_abs_diff"),
+    M("mismatch_ppl_ratio", "logged", (), "mean_i exp(mean_t lp_roll - mean_t lp_old) (training ppl / rollout ppl)",
+      "", "verl rollout_corr/ppl_ratio"),
+    M("mismatch_is_mean", "logged", (), "mean of the rollout-correction IS weight the trainer applied (rho per "
+      "token, or exp(sum_t d) per sequence in sequence modes) after its truncation or mask (masked = 0)", "",
+      "TRL sampling/importance_sampling_ratio/mean"),
+    M("mismatch_is_max", "logged", (), "max of that IS weight (TRL, verl token mode: after truncation/mask; verl "
+      "sequence mode: before)", "", "TRL sampling/importance_sampling_ratio/max"),
+    M("mismatch_is_min", "logged", (), "min of that IS weight (0 when the trainer masked a token or sequence)", "",
+      "TRL sampling/importance_sampling_ratio/min"),
+    M("mismatch_is_high_frac", "logged", (), "fraction of tokens (sequences, in sequence-level IS) whose IS ratio "
+      "before truncation is above the upper threshold", "", "verl rollout_corr/rollout_is_ratio_fraction_high"),
+    M("mismatch_is_low_frac", "logged", (), "fraction of tokens (sequences, in sequence-level IS) whose IS ratio "
+      "before truncation is below the lower threshold", "", "verl rollout_corr/rollout_is_ratio_fraction_low"),
+    M("mismatch_masked_frac", "logged", (), "fraction of response tokens the trainer removed from the loss for "
+      "their mismatch (rejection sampling, or IcePop's zeroed IS weights)", "",
+      "verl rollout_corr/rollout_rs_masked_fraction"),
     M("entropy", "mean", (("sum_entropy",), "n_tok_ent"), "token-mean entropy H", "nats", "verl actor/entropy"),
     M("logp_mean", "mean", (("sum_logp",), "n_tok"), "token-mean lp", "nats"),
     M("cov_logp_adv", "cov", ("sum_logp_adv", "sum_logp", "sum_adv_tok", "n_tok"),
@@ -406,7 +439,9 @@ def derive_step_metrics(aggs: Mapping[str, float]) -> dict[str, float]:
     g = lambda k: get(k, nan)  # noqa: E731
     for m in STEP_METRICS:
         a = m.args
-        if m.kind in ("sum", "max", "min"):
+        if m.kind == "logged":  # no aggregate: the trainer's own value of that name fills it (collectors/steps.py)
+            v = nan
+        elif m.kind in ("sum", "max", "min"):
             v = get(a[0], nan)
         elif m.kind == "mean":
             den = get(a[1], nan)
@@ -441,7 +476,9 @@ def metric_sql(m: Metric) -> str:
     a = m.args
     q = lambda c: f'"{c}"'  # noqa: E731
     nz = lambda c: f"nullif({q(c)}, 0)"  # noqa: E731
-    if m.kind in ("sum", "max", "min"):
+    if m.kind == "logged":  # no aggregate: coalesced with the trainer's value of that name (store/reader.py)
+        e = "NULL"
+    elif m.kind in ("sum", "max", "min"):
         e = f"{q(a[0])}::DOUBLE"
     elif m.kind == "mean":
         num = " + ".join(q(n) for n in a[0])

@@ -59,7 +59,10 @@ def render() -> str:
     out.append("\n## `steps`\n\nOne row per (run, step): raw aggregates merged over updates and ranks "
                "(sum / max / min), then these metrics derived from them. Trainer metrics given to "
                "`record_step(metrics=...)` appear under their own names; one whose name is a derived metric fills "
-               "that metric where arldiag recorded nothing and is also kept as `user/<name>`.\n")
+               "that metric where arldiag recorded nothing and is also kept as `user/<name>`. The `mismatch_*` metrics "
+               "whose `same as` is a trainer's name and that no aggregate feeds (`mismatch_log_abs_mean` ... "
+               "`mismatch_masked_frac`) are filled only that way, from what the trainer logged "
+               "(docs/integrations/importers.md \"Training-inference mismatch\").\n")
     out.append("| column | meaning | unit | same as |\n|---|---|---|---|")
     out.append("| `step` | training step | | |\n| `time` | when the step was finalised (UTC) | | |")
     for m in STEP_METRICS:

@@ -115,8 +115,9 @@ class Collector:
                            float(dual_clip_c), float(neg_adv_delta))
         self.monitor = monitor
         # verl / TRL / OpenRLHF names in record_step(metrics=...) also reach the detectors under arldiag's names,
-        # and the logged task score as task_score (arldiag.aliases: the table `arldiag import` uses)
-        self._aliases = LiveResolver(skip_sources=OWN_OUTCOMES)
+        # and the logged task score as task_score (arldiag.aliases: the table `arldiag import` uses), read from ONE
+        # column per run: chosen at the first step with a candidate, kept in run.json ``score_sources``
+        self._aliases = LiveResolver(skip_sources=OWN_OUTCOMES, sources=given_score_sources(config))
         self.batch_s = float(batch_s)
         self.should_stop = False
         self.stop_reason: str | None = None
@@ -133,6 +134,9 @@ class Collector:
             if old is not None:  # resume: keep identity, refresh status
                 self.manifest.update(run_id=old.get("run_id", self.manifest["run_id"]),
                                      created=old.get("created", self.manifest["created"]))
+                # a resumed run reads its score from the column it was read from before
+                self._aliases.sources = {**dict(old.get("score_sources") or {}), **self._aliases.sources}
+            self.manifest["score_sources"] = dict(self._aliases.sources)
             if self.rank == 0:
                 self._loc.write_json("run.json", self.manifest)
             self.writer = StoreWriter(self._loc, self.rank, queue_size=queue_size, strict=strict)
@@ -197,6 +201,10 @@ class Collector:
             user = self._aliases(user)
         except Exception as exc:  # noqa: BLE001 - a name lookup must never stop the step from being recorded
             self.guard.warn_once("aliases", f"arldiag: metric name resolution failed ({exc!r}); names kept as logged")
+        if self._aliases.sources != self.manifest.get("score_sources"):  # a score column was just chosen: keep it
+            self.manifest["score_sources"] = dict(self._aliases.sources)
+            if self.rank == 0 and self._loc is not None:
+                self.guard.run("run.json", self._loc.write_json, "run.json", self.manifest)
         res = self.guard.run("record_step", self._steps.record_step, int(step), user)
         return res or {}
 
@@ -380,6 +388,17 @@ def _update_args(logp, logp_old, advantages, response_mask, logp_ref, logp_rollo
     inp = UpdateInputs(lp, lpo, adv, mask, opt.get("logp_ref"), opt.get("logp_rollout"), opt.get("entropy"),
                        turn, tid)
     return inp, sid
+
+
+def given_score_sources(config: Mapping[str, Any] | None) -> dict[str, str | None]:
+    """The score columns a caller already chose: ``arldiag import`` chooses over the whole file and stores them as
+    config ``task_score_from`` / ``val_score_from`` (None: the log has no such score), so no step picks another."""
+    out = {}
+    for to, key in (("task_score", "task_score_from"), ("val_score", "val_score_from")):
+        if key in (config or {}):
+            v = config[key]
+            out[to] = v if isinstance(v, str) else None
+    return out
 
 
 def _manifest(name, algorithm, config, clip, seq_clip, neg_adv_delta, dual_clip_c, token_sample_rate,

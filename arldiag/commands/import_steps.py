@@ -64,8 +64,8 @@ def import_steps(file: str, out: str, step_column: str | None = None, fmt: str |
     over both."""
     from arldiag.collectors.collector import Collector
     from arldiag.importers import IMPORTERS, STEP_FORMATS, guess_format
-    from arldiag.importers.steps import (STEP_COLUMNS, apply_plan, find_step_column, is_training, load_steps,
-                                         name_plan)
+    from arldiag.importers.steps import (STEP_COLUMNS, apply_plan, column_values, find_step_column, is_training,
+                                         load_steps, name_plan)
     from arldiag.importers.tensorboard import has_event_files
 
     path = Path(file)
@@ -101,7 +101,7 @@ def import_steps(file: str, out: str, step_column: str | None = None, fmt: str |
     if not raw:
         raise ValueError(f"file: {file!r} holds no rows")
     columns = [c for m in raw.values() for c in m]
-    plan, copies = name_plan(columns, dict(rename or {}), keep_names)
+    plan, copies = name_plan(columns, dict(rename or {}), keep_names, column_values(raw))
     steps = apply_plan(raw, plan, copies)
     if loaded.never_numeric:
         print(f"arldiag import: skipped non-numeric column(s): {', '.join(sorted(loaded.never_numeric))}",
@@ -144,13 +144,15 @@ def report_mapping(columns: list[str], plan: Mapping[str, str], copies: Mapping[
         vals = [m[TASK_SCORE] for m in steps.values() if TASK_SCORE in m]
         b = score_bounds(vals)
         scale = f"on [{b[0]:g}, {b[1]:g}]" if b else "on its own scale (no fixed bounds)"
-        print(f"arldiag import: task score = {src or TASK_SCORE} ({len(vals)} points, {scale})", file=out)
+        print(f"arldiag import: task score = {src or TASK_SCORE} ({coverage(len(vals), len(steps))}; {scale})",
+              file=out)
     else:
         print("arldiag import: no task score recognised (no success rate, accuracy, score or reward column): the "
               "score_collapse detector and the collapse label cannot run; name it with --rename COLUMN=task_score",
               file=out)
     if copies.get("val_score"):
-        print(f"arldiag import: validation score = {copies['val_score']}", file=out)
+        n = sum(1 for m in steps.values() if "val_score" in m)
+        print(f"arldiag import: validation score = {copies['val_score']} ({coverage(n, len(steps))})", file=out)
     known = set(STEP_METRIC_NAMES) | {TASK_SCORE, "val_score", "grad_norm", "lr", "loss", "pg_loss"}
     unknown = [c for c in columns if plan.get(c, c) not in known and not is_validation(c)
                and c not in copies.values()]
@@ -163,6 +165,12 @@ def report_mapping(columns: list[str], plan: Mapping[str, str], copies: Mapping[
     if not can:
         print("arldiag import: warning: no detector can read this log; map its columns with --rename OLD=NEW "
               "(docs/integrations/importers.md lists the names arldiag reads)", file=out)
+
+
+def coverage(have: int, rows: int) -> str:
+    """'215 of 237 rows; 22 without it stay empty': the score is read from one column, never filled in."""
+    missing = rows - have
+    return f"{have} of {rows} rows" + (f"; {missing} without it stay empty" if missing else "")
 
 
 def _check_new_run(out: str) -> None:

@@ -3,17 +3,36 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from arldiag.detectors.advice import CORRECT_FROM_START, Remedy, token_in_token_out
 from arldiag.detectors.base import Detector, Signal, strongest
 from arldiag.detectors.window import (early_baseline, first_available, grade_above, growth_gated_level,
                                       tail_mean)
 
 
+def _as_is(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def abs_to_k3(x: np.ndarray) -> np.ndarray:
+    """A mean |d| (nats) on the k3 scale the thresholds are set on: k3(d) = exp(d) - d - 1 = d^2/2 + O(d^3), and for
+    d ~ N(0, s^2) E|d| = s sqrt(2/pi), so E[k3] ~ s^2/2 = (pi/4) E|d|^2 (Gaussian second-order equivalence)."""
+    return (math.pi / 4.0) * np.square(x)
+
+
+# the series mismatch_drift reads, the most direct first, each with its map to the k3 scale: arldiag's own k3 (or a
+# trainer's, verl rollout_corr/k3_kl), chi2_token, then the mean |lp_old - lp_roll| TRL and slime log
+MISMATCH_SERIES = {"mismatch_k3": _as_is, "mismatch_chi2": _as_is, "mismatch_log_abs_mean": abs_to_k3,
+                   "mismatch_log_abs_seq_mean": abs_to_k3}
+
+
 def mismatch_drift_rule(w, state, p) -> Signal | None:
-    col = first_available(w, ("mismatch_k3", "mismatch_chi2"))
+    col = first_available(w, tuple(MISMATCH_SERIES))
     if col is None:
         return None
-    x = w.series(col)
+    raw = w.series(col)
+    x = MISMATCH_SERIES[col](raw)
     cur = tail_mean(x, p["smooth"])
     base = early_baseline(state, col, x[-1], p["baseline_steps"])
     if not (math.isfinite(cur) and math.isfinite(base)) or cur < p["min_value"]:
@@ -23,10 +42,15 @@ def mismatch_drift_rule(w, state, p) -> Signal | None:
     lv = max(lv, grade_above(ratio, p["ratio_levels"]))
     if not lv:
         return None
-    note = f"{col} {cur:.3g} ({ratio:.1f}x its early level)"
+    shown = f"{tail_mean(raw, p['smooth']):.3g}" + ("" if MISMATCH_SERIES[col] is _as_is else
+                                                    f" nats (k3-equivalent {cur:.3g})")
+    note = f"{col} {shown} ({ratio:.1f}x its early level)"
     mx = w.last("mismatch_log_abs_max")
     if math.isfinite(mx):
         note += f"; max |lp_old - lp_roll| {mx:.2f} nats"
+    masked = w.last("mismatch_masked_frac")
+    if math.isfinite(masked):
+        note += f"; {masked:.2%} of tokens masked for their mismatch"
     return Signal(lv, cur, col, note)
 
 
@@ -34,15 +58,17 @@ MISMATCH_DRIFT = Detector(
     name="mismatch_drift",
     title="Training-inference mismatch drifts",
     summary="The training-inference mismatch (rollout engine vs trainer log-probs) grows.",
-    rule_doc=("x = mismatch_k3 = mean_t exp(d) - d - 1, d = lp_old - lp_roll (fallback mismatch_chi2 = E[rho^2] - 1). "
+    rule_doc=("x = mismatch_k3 = mean_t exp(d) - d - 1, d = lp_old - lp_roll (fallbacks: mismatch_chi2 = E[rho^2] - 1; "
+              "a logged token-mean |d| m, TRL's sampling/sampling_logp_difference/mean or slime's per-sample mean, as "
+              "its k3 equivalent (pi/4) m^2, since k3 = d^2/2 + O(d^3) and E|d| = s sqrt(2/pi) for d ~ N(0, s^2)). "
               "level = max(grade(mean_k(x), abs_levels) if ratio >= min_growth, grade(ratio, ratio_levels)) with ratio"
               " = mean_k(x) / max(base(x), floor), when mean_k(x) >= min_value (a constant offset is a known bias, not"
               " drift). Batch evidence: the sequences and stored tokens with the largest |lp_old - lp_roll|."),
     remedies=(CORRECT_FROM_START, Remedy("masked IS (IcePop: drop tokens whose ratio is outside [0.5, 5])"),
               Remedy("align engine and trainer precision/kernels"),
               Remedy("check the sequences with the largest mismatch")),
-    inputs=("mismatch_k3", "mismatch_chi2"),
-    columns=("mismatch_log_abs_max",),
+    inputs=tuple(MISMATCH_SERIES),
+    columns=("mismatch_log_abs_max", "mismatch_masked_frac"),
     rule=mismatch_drift_rule,
     params=dict(smooth=3, baseline_steps=10, floor=1e-4, min_value=1e-3, min_growth=1.5, abs_levels=(0.02, 0.05, 0.2),
                 ratio_levels=(4.0, 10.0, 30.0)),

@@ -93,11 +93,13 @@ def find_step_column(path: Path, importer: Importer, default: str) -> tuple[str,
     return hit, why
 
 
-def name_plan(columns, user: Mapping[str, str], keep_names: bool) -> tuple[dict[str, str], dict[str, str]]:
+def name_plan(columns, user: Mapping[str, str], keep_names: bool,
+              values: Mapping[str, list[float]] | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """(rename, copies) for a log's columns. rename: logged name -> arldiag name (``user`` renames first, then the
     alias table; a column already named as arldiag names it keeps its name, and of two logged names for one
     metric the first in the file wins, the other keeps its own name). copies: ``task_score`` / ``val_score`` ->
-    the logged column they are read from (arldiag.aliases.task_score_source)."""
+    the ONE logged column each is read from, chosen over the whole file (arldiag.aliases.task_score_source with
+    ``values``: every column's values, so a rate-named column holding counts is passed over)."""
     from arldiag.aliases import TASK_SCORE, VAL_SCORE, alias_table, resolve_name, task_score_source, val_score_source
     from arldiag.settings import file_aliases
 
@@ -114,15 +116,25 @@ def name_plan(columns, user: Mapping[str, str], keep_names: bool) -> tuple[dict[
         rename[c] = to
         taken.add(to)
     copies = {}
-    for to, src in ((TASK_SCORE, task_score_source(cols)), (VAL_SCORE, val_score_source(cols))):
+    for to, src in ((TASK_SCORE, task_score_source(cols, values=values)), (VAL_SCORE, val_score_source(cols, values))):
         if src is not None and src != to and to not in taken:
             copies[to] = src
     return rename, copies
 
 
+def column_values(raw: Mapping[int, Mapping[str, float]]) -> dict[str, list[float]]:
+    """Every column's values over the whole log, in step order (what the score chooser judges a column by)."""
+    out: dict[str, list[float]] = {}
+    for st in sorted(raw):
+        for k, v in raw[st].items():
+            out.setdefault(k, []).append(v)
+    return out
+
+
 def apply_plan(raw: Mapping[int, Mapping[str, float]], plan: Mapping[str, str],
                copies: Mapping[str, str]) -> dict[int, dict[str, float]]:
-    """The step table under arldiag's names: renamed columns, and the task/validation score copies."""
+    """The step table under arldiag's names: renamed columns, and the task/validation score copies (a step
+    without the score's column gets none: no other column fills in)."""
     steps = {}
     for st, m in raw.items():
         row = {plan.get(k, k): v for k, v in m.items()}
