@@ -10,8 +10,13 @@ on the score as logged:
 * peak P: running maximum of the mean over ``peak_points`` consecutive logged points (one lucky batch is no peak);
 * now c: the mean of the last ``confirm`` points (one point for a score logged at evaluation steps only, at most
   every second row); the fall is (c - floor) / (P - floor);
-* noise: the robust standard deviation of the point-to-point changes before now (1.4826 median |change| / sqrt 2); the fall
-  P - c must exceed ``noise_z`` of them, so a noisy run at a low level does not alarm on two bad batches.
+* noise s: the robust standard deviation of one point, from the point-to-point changes before now (1.4826 median
+  |change| / sqrt 2), measured on at least ``noise_min`` points before the rule may fire. The fall P - c must be
+  significant against it: P - c >= s (noise_z sqrt(1/k + 1/confirm) + sqrt(2 ln N / k)): a two-sample z-test of the
+  k-point peak mean against the confirm-point current mean, plus the bias of a running maximum, since P is the best
+  of N noisy k-point means (E max of N normals <= sd sqrt(2 ln N)). A score of one prompt x 8 samples (steps of
+  0.125, s ~ 0.18) then needs a fall of about 0.7 before it alarms; a logged mean over a large batch (s ~ 0.03) a
+  fall of about 0.12.
 
 Critical when the fall reaches ``frac_levels[2]`` (the development runs' label: a score at 1/3 of its best that
 stays there) on the last point and on the mean of the last ``confirm`` points; watch / warning at the milder
@@ -60,6 +65,7 @@ def score_collapse_rule(w, state, p) -> Signal | None:
         m = float(fin[-k:].mean())
         state["peak"] = max(state.get("peak", m), m)
         recent.append(m)
+        state["n_means"] = state.get("n_means", 0) + 1  # how many k-point means the running peak is the best of
         if len(recent) > c_pts:
             state["floor"] = min(state.get("floor", math.inf), recent.pop(0))
     if n < p["min_points"] or "peak" not in state or fin.size < c_pts:
@@ -77,8 +83,13 @@ def score_collapse_rule(w, state, p) -> Signal | None:
         return None
     if (peak - floor) / span < p["min_peak"]:
         return None  # the run never learned anything measurable: nothing to lose
-    noise = robust_noise(fin[:-c_pts][-int(p["noise_points"]):])
-    if math.isfinite(noise) and peak - cur < p["noise_z"] * noise:
+    before = fin[:-c_pts][-int(p["noise_points"]):]
+    noise = robust_noise(before)
+    if before.size < p["noise_min"] or not math.isfinite(noise):
+        return None  # no measure of the noise yet: a fall cannot be told from two bad batches
+    n_means = state.get("n_means", 1)
+    bias = math.sqrt(2.0 * math.log(n_means) / k) if n_means > 1 else 0.0
+    if peak - cur < noise * (p["noise_z"] * math.sqrt(1.0 / k + 1.0 / c_pts) + bias):
         return None
     frac = (cur - floor) / (peak - floor)
     last = (v - floor) / (peak - floor)
@@ -100,13 +111,17 @@ SCORE_COLLAPSE = Detector(
               "of the last `confirm` points (1 for a score logged at evaluation steps only, at most every second row);"
               " fall = (c - floor) / (P - floor); level = how many of frac_levels the fall and the last point (+ "
               "last_slack) reach, once P - floor >= min_peak x span and P - c >= noise_z x the robust noise of the "
-              "point-to-point changes (1.4826 median |change| / sqrt 2 over noise_points). Windows in logged points."),
+              "point-to-point changes s (1.4826 median |change| / sqrt 2 over noise_points, at least noise_min of them): "
+              "P - c >= s (noise_z sqrt(1/peak_points + 1/confirm) + sqrt(2 ln N / peak_points)), N the peak means "
+              "seen (a z-test plus the bias of a running maximum). Windows in logged points."),
     param_docs={
         "peak_points": "logged points averaged for the running peak",
         "confirm": "logged points averaged for the current score",
         "min_points": "logged points of the score needed before the rule can fire",
         "noise_points": "logged points the score's noise is measured over",
-        "noise_z": "the fall must exceed this many noise standard deviations",
+        "noise_z": "the fall must exceed this many standard errors of peak minus current (plus the running "
+                   "maximum's bias)",
+        "noise_min": "logged points of the score before the current ones needed to measure its noise",
         "last_slack": "the last point may sit this far above the fraction",
     },
     remedies=(Remedy("stop and roll back to the last checkpoint before the first warning"),
@@ -115,7 +130,7 @@ SCORE_COLLAPSE = Detector(
     inputs=(TASK_SCORE,),
     rule=score_collapse_rule,
     # points, not steps: the rule compares logged values of the score, however often they are logged
-    params=dict(peak_points=3, confirm=2, min_points=4, min_peak=0.1, noise_points=20, noise_z=3.0,
+    params=dict(peak_points=3, confirm=2, min_points=4, min_peak=0.1, noise_points=20, noise_z=3.0, noise_min=4,
                 frac_levels=(0.75, 0.6, 0.45), last_slack=0.05),
     explanation="The task score (critic/score/mean, the reward, the accuracy: arldiag.aliases resolves which) "
                 "fell far below its own peak, measured on its scale and against its own noise. This is the "

@@ -21,14 +21,20 @@ import itertools
 from dataclasses import dataclass, replace
 
 from arldiag.detectors.base import LEVELS
-from arldiag.detectors.risk import AlertState, RiskConfig, combine_risk, detector_levels
+from arldiag.detectors.registry import REGISTRY
+from arldiag.detectors.risk import AlertState, Corroboration, RiskConfig, combine_risk, detector_levels
 from arldiag.evaluation.scoring import ScoreConfig, score_run
 
 # Demoted from the start in this profile: a one-point spike in a step log gives a lead of one or two logged points
 # at best (the real runs' own notes), which score_collapse already covers, while single spikes are common on healthy
 # real runs (the stable verl PPO notebook: grad_norm at 21x and 15x its median at steps 23 and 25). Demoted, a spike
 # still raises the state together with a second signal.
+LAGGING = tuple(n for n, d in REGISTRY.items() if d.lagging)  # the score itself corroborates (risk.Corroboration)
 STEP_PRIOR_DEMOTE = ("clip_pressure", "grad_norm_spike", "ppo_kl_spike")
+# Declared, not fitted (docs/detectors.md "Alert episodes on step-scalar runs"): two logged points of evidence to
+# open a state and three to close it, whatever the interval; one precursor family alone stays a watch while the score
+# holds unless it is critical for 10 optimizer steps (two points of a log written every 5 steps).
+STEP_PRIORS = dict(enter_points=2, exit_points=3, corroborate=True, solo_critical_steps=10)
 GRID = dict(warning=(0.75, 0.6, 0.55, 0.5), exit_steps=(40, 20, 10, 5), enter_steps=(5, 1, 10), critical_steps=(1, 2))
 GREEDY_FROM = 3
 DEMOTE_COST = 0.02
@@ -42,6 +48,7 @@ class Replay:
     interval: int
     collapse: int | None
     ambiguous: bool
+    holding: list[bool] | None = None  # per step: the score held (the corroboration gate's input); None: never
 
 
 def replay(run, name: str, label: dict) -> Replay:
@@ -52,14 +59,19 @@ def replay(run, name: str, label: dict) -> Replay:
     if split_of(run, name) == "heldout":
         raise ValueError(f"run: {name!r} is a held-out run (run.json split); calibration reads dev runs only")
     levels: list[dict[str, int]] = []
-    re = evaluate_run(run, name, risk=RiskConfig(), levels_out=levels)
+    holding: list[bool] = []
+    re = evaluate_run(run, name, risk=RiskConfig(), levels_out=levels, holding_out=holding)
     return Replay(name, re.steps, levels, re.evaluator.interval or 1, label["collapse_step"],
-                  bool(label.get("ambiguous")))
+                  bool(label.get("ambiguous")), holding)
 
 
-def states(rp: Replay, cfg: RiskConfig) -> list[str]:
-    st = AlertState(cfg.at_interval(rp.interval))
-    return [LEVELS[st.update(combine_risk(detector_levels(lv, cfg), cfg))] for lv in rp.levels]
+def states(rp: Replay, cfg: RiskConfig, lagging: tuple[str, ...] = LAGGING) -> list[str]:
+    """The alert states of a replay under ``cfg``: the Evaluator's state machine and corroboration gate."""
+    c = cfg.at_interval(rp.interval)
+    st, gate = AlertState(c), Corroboration(c)
+    holding = rp.holding or [False] * len(rp.levels)
+    return [LEVELS[st.update(combine_risk(detector_levels(lv, cfg), cfg), gate.ceiling(lv, h, lagging))]
+            for lv, h in zip(rp.levels, holding)]
 
 
 def _figures(rows: list[dict], score: ScoreConfig) -> dict:
@@ -88,7 +100,7 @@ def fit(replays: list[Replay], start_demote: tuple[str, ...] = ()) -> tuple[Risk
     """The best RiskConfig for ``replays`` and its figures. ``start_demote``: demotions every grid point starts
     from (the token profile's, fitted on the reference trainer's dev runs: the two profiles are fitted together,
     the real runs deciding what the step-scalar profile adds)."""
-    base = RiskConfig(demote=tuple(sorted(set(start_demote) | set(STEP_PRIOR_DEMOTE))))
+    base = RiskConfig(demote=tuple(sorted(set(start_demote) | set(STEP_PRIOR_DEMOTE))), **STEP_PRIORS)
     scored = []
     for i, (warn, ex, en, cr) in enumerate(itertools.product(*GRID.values())):
         cfg = replace(base, enter=(base.enter[0], warn, max(warn, base.enter[2])), exit_steps=ex, enter_steps=en,
