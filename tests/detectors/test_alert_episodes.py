@@ -154,9 +154,9 @@ def test_noisy_collapse_still_warns_once(seed):
     p = np.where(np.arange(300) < 180, 0.6, 0.02)                   # falls at step 181 (index 180)
     st_ = _states(rng.binomial(8, p) / 8)
     eps = episodes(range(1, 301), st_)
-    # one episode that stays open: once the fall is significant (2-3 points), enter_steps (5 steps of a log
-    # written every step) of evidence
-    assert len(eps) == 1 and 181 <= eps[0][0] <= 181 + 3 + 5 and eps[0][1] is None
+    # one episode that stays open, within fall_points (20) points: a fall on a score this noisy (sd 0.17 a point)
+    # is significant once its mean over the low points so far passes the t-test (2-18 points on 30 seeds)
+    assert len(eps) == 1 and 181 <= eps[0][0] <= 181 + 20 and eps[0][1] is None
     # a log every 5 steps of the same run (means over 5 steps): warned within 3 logged points of the fall
     x5 = rng.binomial(8, p.reshape(60, 5)).mean(axis=1) / 8
     eps5 = episodes(range(5, 301, 5), _states(x5, 5))
