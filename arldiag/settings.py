@@ -266,12 +266,11 @@ class Settings:
 
     def risk_for(self, profile: str):
         """The risk settings of a profile ("tokens" or "steps", detectors.risk.PROFILES): its calibrated fit with
-        this configuration's changes applied on top."""
-        import dataclasses as dc
-
+        this configuration's changes applied on top, each relative to the shipped (token) settings the file shows
+        (RiskConfig.with_changes: of ``enter``, only the thresholds the user changed)."""
         from arldiag.detectors.risk import calibrated_risk
 
-        return dc.replace(calibrated_risk(profile=profile), **self.risk_changes())
+        return calibrated_risk(profile=profile).with_changes(self.risk_changes(), calibrated_risk())
 
     def detectors_changed(self) -> bool:
         """Whether any detector is disabled or has a parameter other than its default."""

@@ -1,8 +1,8 @@
-"""arldiag, rlwatch 0.5.1 and rldoctor 0.2.0 side by side, each with its defaults, on the same runs and the same
+"""arldiag, rlwatch 0.5.1, rldoctor 0.2.0 and rlprobe 0.1.0 side by side, each with its defaults, on the same runs and the same
 scoring (detectors.scoring.score_run, through eval-detect's score_evaluation): the real development runs
 (shared/real_runs, scored on its labels.json) and the reference trainer's sample runs (arldiag's own label).
 
-    pip install rlwatch==0.5.1 rldoctor==0.2.0
+    pip install rlwatch==0.5.1 rldoctor==0.2.0 rlprobe==0.1.0      (or: pip install -e '.[peer]')
     python benchmarks/peers_real.py [--real ../shared/real_runs] [--toy sample_runs] [--hold 10] [--json] [--write]
 
 ``--write`` rewrites the section between ``<!-- peers-real:start -->`` and ``<!-- peers-real:end -->`` in
@@ -15,6 +15,11 @@ How each tool is run
 * rldoctor: ``rl_doctor.live.LiveMonitor(check_every=1)``, every other argument default (60-record warm-up,
   ``alert_at=WARNING``; ``on_finding`` is a no-op instead of its logging handler, which changes no finding).
   ``log()`` returns the findings that are new or got worse; those are its alerts.
+* rlprobe: what its live watcher (``rlprobe.doctor.live.RunWatcher``) does at each tick, without the Parquet round
+  trip: each logged step becomes a ``StepRecord``; from the 30th record on (``min_steps=30``, its default) its
+  whole detector catalog runs over the records so far (``diagnose_view`` on a ``RunView``, default thresholds), and
+  a finding whose (signature, severity) was not reported before is an alert. Its ``warn`` and ``critical`` findings
+  are alerts (warning / critical); ``info`` findings (a throughput note) are not warnings.
 
 Mapping. A real log's columns get arldiag's names from arldiag's alias table (``aliases.alias_table`` /
 ``resolve_name``, sorted names, first wins, a name already logged under the arldiag name is kept; ``task_score``
@@ -38,6 +43,12 @@ peer then gets (peer argument <- arldiag name; real-log names as logged by TRL /
     - | response_len_clip_ratio <- truncated_frac                            completions/clipped_ratio / ..clip_ratio
     - | lr                     <- lr                                         learning_rate / actor/lr
     - | reward components      <- TRL rewards/<fn>/mean, under its own name
+
+rlprobe ``StepRecord`` fields (``RLPROBE_MAPPING``): reward_mean, reward_std, kl_mean <- kl_ref_k3, entropy_mean <-
+entropy, clip_fraction <- pg_clipfrac | clip_ratio_region_mean, adv_std, zero_variance_group_frac <-
+zero_std_group_frac, loss, lr, grad_norm, completion_len_mean / _max <- response_length_mean / _max,
+truncation_rate <- truncated_frac, value_loss <- verl's critic/vf_loss (as logged), step_time_s <- verl's
+timing_s/step (as logged); TRL rewards/<fn>/mean as reward_components.
 
 The sample runs carry eval_success, the real verl logs a validation score. The generated section in
 docs/detectors.md lists the names each input was found under in the real logs.
@@ -66,10 +77,11 @@ sys.path.insert(0, str(ROOT))
 
 from arldiag.evaluation.peer_rlwatch import MAPPING as RLWATCH_MAPPING, _value, rlwatch_timeline  # noqa: E402
 
-TOOLS = ("arldiag", "rlwatch", "rldoctor")
-TITLES = {"arldiag": "arldiag", "rlwatch": "rlwatch 0.5.1", "rldoctor": "rldoctor 0.2.0"}
+TOOLS = ("arldiag", "rlwatch", "rldoctor", "rlprobe")
+TITLES = {"arldiag": "arldiag", "rlwatch": "rlwatch 0.5.1", "rldoctor": "rldoctor 0.2.0", "rlprobe": "rlprobe 0.1.0"}
 HOLD = 10
 RLDOCTOR_WARMUP = 60  # rl_doctor.live.DEFAULT_MIN_STEPS: LiveMonitor checks nothing before this many records
+RLPROBE_MIN_STEPS = 30  # rlprobe.doctor.live.RunWatcher(min_steps=30): no diagnosis before this many records
 START, END = "<!-- peers-real:start -->", "<!-- peers-real:end -->"
 DOC = ROOT / "docs" / "detectors.md"
 RESULTS = ROOT / "benchmarks" / "results" / "peers_real.json"
@@ -84,7 +96,18 @@ RLDOCTOR_MAPPING = {
     "response_len_mean": ("response_length_mean",), "response_len_max": ("response_length_max",),
     "response_len_clip_ratio": ("truncated_frac",), "lr": ("lr",),
 }
-USED = dict.fromkeys([*RLWATCH_MAPPING.values(), *(c for cs in RLDOCTOR_MAPPING.values() for c in cs)])
+# rlprobe StepRecord field <- arldiag step metric(s) or, where arldiag has no name for it, the name verl logs
+RLPROBE_MAPPING = {
+    "reward_mean": ("reward_mean",), "reward_std": ("reward_std",), "kl_mean": ("kl_ref_k3",),
+    "entropy_mean": ("entropy",), "clip_fraction": ("pg_clipfrac", "clip_ratio_region_mean"), "adv_std": ("adv_std",),
+    "zero_variance_group_frac": ("zero_std_group_frac",), "loss": ("loss",), "lr": ("lr",),
+    "grad_norm": ("grad_norm",), "completion_len_mean": ("response_length_mean",),
+    "completion_len_max": ("response_length_max",), "truncation_rate": ("truncated_frac",),
+    "value_loss": ("critic/vf_loss",), "step_time_s": ("timing_s/step",),
+}
+RLPROBE_SEVERITY = {"warn": "warning", "critical": "critical"}  # info findings are not warnings
+USED = dict.fromkeys([*RLWATCH_MAPPING.values(), *(c for cs in RLDOCTOR_MAPPING.values() for c in cs),
+                      *(c for cs in RLPROBE_MAPPING.values() for c in cs if "/" not in c)])
 COMPONENT = re.compile(r"^rewards/[^/]+/mean$")  # TRL per-function rewards: rldoctor's reward components
 
 
@@ -118,7 +141,7 @@ def peer_frame(csv_path: Path):
 def rldoctor_columns(columns) -> dict[str, str]:
     """{rldoctor key: frame column}: RLDOCTOR_MAPPING's first present column, plus TRL reward components."""
     have = list(columns)
-    out = {k: next(c for c in cs if c in have) for k, cs in RLDOCTOR_MAPPING.items() if any(c in have for c in cs)}
+    out = first_present(RLDOCTOR_MAPPING, have)
     out.update({c: c for c in have if COMPONENT.match(c)})
     return out
 
@@ -151,6 +174,38 @@ def rldoctor_timeline(frame, hold: int = HOLD):
         found = mon.log(rec, step=step)
         if found:
             alerts[step] = [(f.severity.name.lower(), f.detector) for f in found]
+    return hold_states(steps, alerts, hold)
+
+
+def first_present(mapping: dict, columns) -> dict[str, str]:
+    """{peer key: frame column}: for each key the first of its columns present in ``columns``."""
+    have = list(columns)
+    return {k: next(c for c in cs if c in have) for k, cs in mapping.items() if any(c in have for c in cs)}
+
+
+def rlprobe_timeline(frame, hold: int = HOLD, min_steps: int = RLPROBE_MIN_STEPS):
+    """rlprobe's live watcher over one run's frame: a ``StepRecord`` per logged step, its catalog over the records
+    so far at each step from ``min_steps`` on, each new (signature, severity) at warn or critical an alert."""
+    from rlprobe.doctor.engine import diagnose_view
+    from rlprobe.doctor.runview import RunView
+    from rlprobe.schemas import RunManifest, StepRecord
+
+    manifest = RunManifest(run_id="peers_real", created_at="1970-01-01T00:00:00Z", algorithm="grpo")
+    cols = {k: frame[c].tolist() for k, c in first_present(RLPROBE_MAPPING, frame.columns).items()}
+    comps = {c: frame[c].tolist() for c in frame.columns if COMPONENT.match(c)}
+    steps, alerts, records, seen = [int(s) for s in frame["step"].tolist()], {}, [], set()
+    for i, step in enumerate(steps):
+        rec = {k: x for k, v in cols.items() if (x := _value(v[i])) is not None}
+        parts = {c.split("/")[1]: x for c, v in comps.items() if (x := _value(v[i])) is not None}
+        records.append(StepRecord(step=step, reward_components=parts, **rec))
+        if len(records) < min_steps:
+            continue
+        found = diagnose_view(RunView(manifest, list(records), samples_provider=lambda: []))
+        new = [f for f in found if (f.signature_id, f.severity) not in seen]
+        seen.update((f.signature_id, f.severity) for f in new)
+        sent = [(RLPROBE_SEVERITY[f.severity], f.signature_id) for f in new if f.severity in RLPROBE_SEVERITY]
+        if sent:
+            alerts[step] = sent
     return hold_states(steps, alerts, hold)
 
 
@@ -190,7 +245,7 @@ def real_set(real: Path, hold: int) -> dict:
                 if src is not None:
                     logged.setdefault(name, set()).add(src)
             tl = {"arldiag": arldiag_real(path, Path(tmp)), "rlwatch": (rlwatch_timeline(frame, hold), {}),
-                  "rldoctor": (rldoctor_timeline(frame, hold), {})}
+                  "rldoctor": (rldoctor_timeline(frame, hold), {}), "rlprobe": (rlprobe_timeline(frame, hold), {})}
             label = {"collapse_step": lab["collapse_step"], "ambiguous": bool(lab.get("ambiguous")),
                      "interval": lab.get("log_interval_steps") or 1}
             runs.append({"run": path.stem, "columns": cols, "rows": score(path.stem, tl, label)})
@@ -211,7 +266,7 @@ def toy_sets(toy: Path, hold: int) -> list[dict]:
         label = {"collapse_step": c, "dips": dips, "decline": decline_of(re_.frame),
                  "faults": injected_faults(run, name)}
         tl = {"arldiag": (re_.timeline, re_.evaluator.tracks), "rlwatch": (rlwatch_timeline(re_.frame, hold), {}),
-              "rldoctor": (rldoctor_timeline(re_.frame, hold), {})}
+              "rldoctor": (rldoctor_timeline(re_.frame, hold), {}), "rlprobe": (rlprobe_timeline(re_.frame, hold), {})}
         by_split.setdefault(split_of(run, name) or "all", []).append({"run": name, "rows": score(name, tl, label)})
     order = sorted(by_split, key=lambda s: {"heldout": 0, "dev": 1}.get(s, 2))
     return [{"key": f"sample_{sp}", "title": f"Reference trainer's sample runs ({toy.name}), {sp} split", "runs":
@@ -272,23 +327,30 @@ def runs_table(s: dict) -> str:
 
 def mapping_table(logged: dict) -> str:
     """Peer inputs per arldiag name, with the names the real logs carried them under."""
-    lines = ["| arldiag name | rlwatch argument | rldoctor key | logged in the real runs as |", "|---|---|---|---|"]
+    lines = ["| arldiag name | rlwatch argument | rldoctor key | rlprobe field | logged in the real runs as |",
+             "|---|---|---|---|---|"]
     for name in USED:
         rw = [k for k, v in RLWATCH_MAPPING.items() if v == name]
         rd = [k for k, cs in RLDOCTOR_MAPPING.items() if name in cs]
+        rp = [k for k, cs in RLPROBE_MAPPING.items() if name in cs]
         srcs = ", ".join(f"`{x}`" for x in logged.get(name, [])) or "(not in these logs)"
-        lines.append(f"| `{name}` | {', '.join(rw) or '-'} | {', '.join(rd) or '-'} | {srcs} |")
-    return "\n".join(lines + ["| TRL `rewards/<fn>/mean` | - | (reward component, under its own name) | "
-                              "`rewards/*/mean` |"])
+        lines.append(f"| `{name}` | {', '.join(rw) or '-'} | {', '.join(rd) or '-'} | {', '.join(rp) or '-'} | {srcs} |")
+    raw = [f"| (verl `{c}`, no arldiag name) | - | - | {k} | `{c}` |" for k, cs in RLPROBE_MAPPING.items() for c in cs
+           if "/" in c]
+    return "\n".join(lines + raw + ["| TRL `rewards/<fn>/mean` | - | (reward component, under its own name) | "
+                                    "reward_components | `rewards/*/mean` |"])
 
 
 def section(sets: list[dict], hold: int) -> str:
-    out = ["## Side by side: arldiag, rlwatch 0.5.1 and rldoctor 0.2.0 on real runs and sample runs (generated)", "",
+    out = ["## Side by side: arldiag, rlwatch 0.5.1, rldoctor 0.2.0 and rlprobe 0.1.0 on real runs and sample runs "
+           "(generated)", "",
            "Generated by `python benchmarks/peers_real.py --write` (raw figures: `benchmarks/results/peers_real.json`;"
            " how each tool is run and the metric mapping: the module docstring). Each tool runs with its shipped "
            "defaults: arldiag as `arldiag import csv` + `arldiag eval-detect --labels` run it; rlwatch's "
            "`DetectorSuite` + `AlertManager` from `RLWatchConfig()`; rldoctor's `LiveMonitor(check_every=1)` "
-           "(60-record warm-up, alerts at WARNING). A peer's alert holds the run in its severity for "
+           "(60-record warm-up, alerts at WARNING); rlprobe's live watcher (`RunWatcher` defaults: 30-record minimum, "
+           "its 14-detector catalog over the records so far at each step, each new warn or critical finding an "
+           "alert). A peer's alert holds the run in its severity for "
            f"{hold} optimizer steps (a later one extends it); all three states are scored by the same "
            "`detectors.scoring.score_run`. Real runs are labelled by `labels.json` (ambiguous runs scored apart), "
            "the sample runs by arldiag's own label (decline and fault runs are listed, not counted). First warning: "
@@ -296,8 +358,12 @@ def section(sets: list[dict], hold: int) -> str:
            "at it (- : none active at the collapse).", ""]
     for s in sets:
         short = sum(r["rows"]["rldoctor"]["steps"] < RLDOCTOR_WARMUP for r in s["runs"])
-        note = (f"{short} of {len(s['runs'])} logs have fewer than {RLDOCTOR_WARMUP} logged points: rldoctor's live "
-                "monitor never checks them.") if short else ""
+        few = sum(r["rows"]["rlprobe"]["steps"] < RLPROBE_MIN_STEPS for r in s["runs"])
+        note = " ".join(x for x in (
+            (f"{short} of {len(s['runs'])} logs have fewer than {RLDOCTOR_WARMUP} logged points: rldoctor's live "
+             "monitor never checks them.") if short else "",
+            (f"{few} of {len(s['runs'])} have fewer than {RLPROBE_MIN_STEPS}: rlprobe's watcher never diagnoses "
+             "them.") if few else "") if x)
         out += [f"### {s['title']}", "", set_table(s), "", runs_table(s), ""] + ([note, ""] if note else [])
     out += ["### Inputs of the peers", "", "A real log's columns get arldiag's names from arldiag's alias table "
             "(`arldiag.aliases`); a missing cell is not passed. Where a key has two arldiag names, the first present "
@@ -335,9 +401,9 @@ def main(argv=None) -> int:
     sets = [real_set(args.real, args.hold)] + toy_sets(args.toy, args.hold)
     for s in sets:
         s["figures"] = {t: figures([r["rows"][t] for r in s["runs"]]) for t in TOOLS}
-    versions = {t: __import__(m).__version__ for t, m in zip(TOOLS, ("arldiag", "rlwatch", "rl_doctor"))}
+    versions = {t: __import__(m).__version__ for t, m in zip(TOOLS, ("arldiag", "rlwatch", "rl_doctor", "rlprobe"))}
     res = {"hold": args.hold, "versions": versions, "rlwatch_mapping": RLWATCH_MAPPING,
-           "rldoctor_mapping": RLDOCTOR_MAPPING, "sets": sets}
+           "rldoctor_mapping": RLDOCTOR_MAPPING, "rlprobe_mapping": RLPROBE_MAPPING, "sets": sets}
     text = section(sets, args.hold)
     if args.write:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)

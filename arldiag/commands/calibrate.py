@@ -58,7 +58,7 @@ def main(args) -> int:
     cfg, fig = cs.fit(replays, token.demote)
     loo = cs.leave_one_out(replays, token.demote)
     out = {"risk_steps": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(cfg).items()
-                          if k in ("enter", "exit_steps", "enter_steps", "critical_steps", "demote")},
+                          if k in ("enter", "exit_steps", "enter_steps", "critical_steps", "demote", *cs.STEP_PRIORS)},
            "fit_steps": {**fig, "leave_one_out": loo, "dev_runs": sorted(run.names), "labels": Path(args.labels).name,
                          "objective_rule": "J = R10 + R3 - F - 5 H (arldiag/detectors/calibrate_steps.py)"}}
     print(json.dumps(out, indent=1))

@@ -52,8 +52,10 @@ class RunEvaluation:
 
 
 def evaluate_run(run, name: str, names=None, risk: RiskConfig | None = None,
-                 risk_model: str | None = None, levels_out: list | None = None) -> RunEvaluation:
-    """Replay one run through the Evaluator; ``levels_out`` (a list) receives each step's {detector: level}."""
+                 risk_model: str | None = None, levels_out: list | None = None,
+                 holding_out: list | None = None) -> RunEvaluation:
+    """Replay one run through the Evaluator; ``levels_out`` (a list) receives each step's {detector: level},
+    ``holding_out`` whether the score held at that step (StepResult.holding: the corroboration gate's input)."""
     # A user metric named like a derived one already fills it in the steps view where arldiag recorded nothing,
     # exactly as the Collector does online, so both evaluators see the same series.
     df = steps_frame(run, name)
@@ -73,6 +75,8 @@ def evaluate_run(run, name: str, names=None, risk: RiskConfig | None = None,
         timeline.append((step, r.risk, r.state, r.top))
         if levels_out is not None:
             levels_out.append({n: sig.level for n, sig in r.signals.items()})
+        if holding_out is not None:
+            holding_out.append(r.holding)
     return RunEvaluation(name, ev, steps, timeline, df)
 
 

@@ -18,8 +18,8 @@ from arldiag.detectors.advice import advise
 from arldiag.detectors.base import LEVELS, Detector, Signal
 from arldiag.detectors.context import OUTCOME_COLUMNS, OutcomeTracker
 from arldiag.detectors.registry import resolve
-from arldiag.detectors.risk import (AlertState, RiskConfig, calibrated_model, calibrated_risk, combine_risk,
-                                    detector_levels, level_of, profile_of)
+from arldiag.detectors.risk import (AlertState, Corroboration, RiskConfig, calibrated_model, calibrated_risk,
+                                    combine_risk, detector_levels, level_of, profile_of)
 from arldiag.detectors.window import Window, as_float
 from arldiag.findings import Finding
 
@@ -66,6 +66,9 @@ class StepResult:
     # the level this step's risk reaches by itself, before the hysteresis (state): the closed loop acts on a
     # critical reading at once, while the alert state may ask it to last (RiskConfig.critical_steps)
     reading: str = "ok"
+    # the task score holds at its peak and keeps its trend (context.Outcome.holding): one precursor family alone
+    # opens at most a watch then (RiskConfig.corroborate)
+    holding: bool = False
 
     @property
     def changed(self) -> bool:
@@ -110,7 +113,8 @@ class Evaluator:
         # without given settings, the first step picks the calibrated profile (token statistics or step scalars)
         self._pick_profile = risk is None and self.learned is None
         self.profile: str | None = None
-        self.alert = AlertState(self.risk_cfg)
+        self._new_alert(1)
+        self._lagging = tuple(d.name for d in self.detectors if d.lagging)
         # optimizer steps between logged points: given (the run's manifest, the batch evaluator's step column) or
         # read off the first two steps online; every window of the rules and the alert state is in optimizer steps
         self.interval: int | None = None
@@ -126,11 +130,16 @@ class Evaluator:
     def _profile_risk(self, profile: str) -> RiskConfig:
         return self.settings.risk_for(profile) if self.settings is not None else calibrated_risk(profile=profile)
 
+    def _new_alert(self, interval: int) -> None:
+        """The alert state and its corroboration gate for the current risk settings, in logged points."""
+        cfg = self.risk_cfg.at_interval(interval)
+        self.alert, self.gate = AlertState(cfg), Corroboration(cfg)
+
     def _set_interval(self, interval: int) -> None:
         self.interval = max(1, int(interval))
         if self.interval > 1:
             self.detectors = [d.at_interval(self.interval) for d in self.detectors]
-            self.alert = AlertState(self.risk_cfg.at_interval(self.interval))
+            self._new_alert(self.interval)
             self.outcome.at_interval(self.interval)
 
     def _validation_only(self, metrics: Mapping[str, object]) -> bool:
@@ -153,7 +162,7 @@ class Evaluator:
             self.profile = profile_of(metrics)
             if self._pick_profile and self.profile != "tokens":
                 self.risk_cfg = self._profile_risk(self.profile)
-                self.alert = AlertState(self.risk_cfg.at_interval(self.interval or 1))
+                self._new_alert(self.interval or 1)
         if self.interval is None and self.last_step is not None:
             self._set_interval(step - self.last_step)
         if self.n_steps and self._validation_only(metrics):
@@ -201,15 +210,17 @@ class Evaluator:
         risk = (combine_risk(detector_levels({n: s.level for n, s in signals.items()}, self.risk_cfg), self.risk_cfg)
                 if self.learned is None
                 else self.learned.update(self.window))
+        holding = self.window.context.holding()
+        ceiling = self.gate.ceiling({n: s.level for n, s in signals.items()}, holding, self._lagging)
         prev = self.alert.state
-        self.alert.update(risk)
+        self.alert.update(risk, ceiling)
         self.last_step = step
         self.last_risk = risk
         self.n_steps += 1
         self.max_risk = max(self.max_risk, risk)
         top = max(signals, key=lambda n: signals[n].level) if signals else None
         reading = LEVELS[level_of(risk, self.risk_cfg.enter)]
-        return StepResult(step, risk, self.alert.state, prev, signals, escalated, top, reading)
+        return StepResult(step, risk, self.alert.state, prev, signals, escalated, top, reading, holding)
 
     def recommendation(self, d: Detector) -> str:
         """The detector's advice fitted to this run's config (nothing the run already has)."""

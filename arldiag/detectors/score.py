@@ -10,8 +10,17 @@ on the score as logged:
 * peak P: running maximum of the mean over ``peak_points`` consecutive logged points (one lucky batch is no peak);
 * now c: the mean of the last ``confirm`` points (one point for a score logged at evaluation steps only, at most
   every second row); the fall is (c - floor) / (P - floor);
-* noise: the robust standard deviation of the point-to-point changes before now (1.4826 median |change| / sqrt 2); the fall
-  P - c must exceed ``noise_z`` of them, so a noisy run at a low level does not alarm on two bad batches.
+* noise s: the sd of one point, sqrt(mean squared change / 2) over the changes since the run began; at least
+  ``noise_min`` points before the rule may fire. The changes of a stretch of low points (below the first of
+  ``frac_levels``) count only once it ends, so a fall does not raise the noise it is measured against while a dip
+  that recovers counts in full. The fall must be
+  significant against it: P - c_f >= s (t sqrt(1/k + 1/f) + sqrt(2 ln N / k)), t the Student-t quantile of
+  ``noise_z`` for the changes s was measured on (few changes, a wider margin), c_f the mean of the last f
+  points, f = the low points so far (at least ``confirm``, at most ``fall_points``: a fall that lasts is confirmed,
+  a two-point dip is not): a two-sample z-test of the k-point peak mean against the current mean, plus the bias of
+  a running maximum, since P is the best of N noisy k-point means (E max of N normals <= sd sqrt(2 ln N)). A score
+  of one prompt x 8 samples (steps of 0.125, s ~ 0.18) then needs a fall of about 0.8 on two points, 0.6 on
+  twenty; a logged mean over a large batch (s ~ 0.03) a fall of about 0.15.
 
 Critical when the fall reaches ``frac_levels[2]`` (the development runs' label: a score at 1/3 of its best that
 stays there) on the last point and on the mean of the last ``confirm`` points; watch / warning at the milder
@@ -28,7 +37,6 @@ import numpy as np
 from arldiag.aliases import TASK_SCORE, bounds_of_range
 from arldiag.detectors.advice import Remedy
 from arldiag.detectors.base import Detector, Signal
-from arldiag.detectors.window import robust_noise
 
 
 def _bounds(state: dict, v: float) -> tuple[float, float] | None:
@@ -39,33 +47,41 @@ def _bounds(state: dict, v: float) -> tuple[float, float] | None:
     return None if lo is None else bounds_of_range(lo, hi)
 
 
-def score_collapse_rule(w, state, p) -> Signal | None:
-    x = w.series(TASK_SCORE)
-    v = float(x[-1]) if x.size else math.nan
-    bounds = _bounds(state, v)
-    rows = state["rows"] = state.get("rows", 0) + 1
-    if not math.isfinite(v):
+def t_from_z(z: float, df: int) -> float:
+    """The Student-t quantile of the normal quantile ``z`` for ``df`` degrees of freedom (Cornish-Fisher, Abramowitz
+    & Stegun 26.7.5): the z-test's multiplier when the noise itself is estimated from ``df`` changes (z = 3: t = 5.2
+    for 5 changes, 4.0 for 10, 3.4 for 20)."""
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+
+
+def calm_noise(state: dict, v: float, low: bool, hold: int) -> float:
+    """The per-point noise sd of the score, sqrt(mean squared change / 2) over the run so far (O(1) state: a sum, a
+    count, and the changes of the current low stretch). Over the whole run, not a window: 20 changes of a binomial
+    score give an sd off by 16 % either way, enough to alarm on a noisy run or miss a fall. The changes of a low
+    stretch (points below the first fraction: a fall may be under way) are held back until it ends: a dip that
+    recovers then counts in full (leaving its changes out would understate the noise), a fall does not raise the
+    noise it is measured against (at most ``hold`` changes are held). Not the median |change|
+    (window.robust_noise): a score in steps of 0.125 repeats its value and its median change understates the noise
+    (0.13 for a true 0.18). NaN before two changes."""
+    prev = state.get("prev")
+    state["prev"] = v
+    if prev is not None:
+        held = state.setdefault("held", [])
+        if len(held) < hold:
+            held.append((v - prev) ** 2)
+        if not low:
+            state["ss"] = state.get("ss", 0.0) + sum(held)
+            state["n_ss"] = state.get("n_ss", 0) + len(held)
+            held.clear()
+    n = state.get("n_ss", 0)
+    return math.sqrt(state["ss"] / n / 2.0) if n >= 2 else math.nan
+
+
+def _reference(state: dict, bounds, p) -> tuple[float, float] | None:
+    """(floor, peak) the fall is measured between; None while there is no measurable peak (nothing to lose)."""
+    peak = state.get("peak")
+    if peak is None:
         return None
-    n = state["n"] = state.get("n", 0) + 1
-    k, c_pts = int(p["peak_points"]), int(p["confirm"])
-    if rows >= 2 * n:
-        # a score logged at evaluation steps only (one point every few rows, on a fixed evaluation set): one
-        # point is a measurement, not a noisy batch, and waiting for the next evaluation would cost many steps
-        c_pts = 1
-    fin = x[np.isfinite(x)]
-    # running peak of the k-point mean; the floor (unknown scale) is the running minimum of the k-point means that
-    # ended before the current c points, so a fall does not lower its own reference
-    recent = state.setdefault("recent", [])
-    if fin.size >= k:
-        m = float(fin[-k:].mean())
-        state["peak"] = max(state.get("peak", m), m)
-        recent.append(m)
-        if len(recent) > c_pts:
-            state["floor"] = min(state.get("floor", math.inf), recent.pop(0))
-    if n < p["min_points"] or "peak" not in state or fin.size < c_pts:
-        return None
-    peak = state["peak"]
-    cur = float(fin[-c_pts:].mean())
     if bounds is not None:
         floor, span = bounds[0], bounds[1] - bounds[0]
     elif state["lo_seen"] >= 0.0:
@@ -73,13 +89,67 @@ def score_collapse_rule(w, state, p) -> Signal | None:
     else:
         floor = state.get("floor", math.inf)
         span = peak - floor
-    if not (math.isfinite(floor) and span > 0 and peak > floor):
+    if not (math.isfinite(floor) and span > 0 and peak > floor) or (peak - floor) / span < p["min_peak"]:
         return None
-    if (peak - floor) / span < p["min_peak"]:
-        return None  # the run never learned anything measurable: nothing to lose
-    noise = robust_noise(fin[:-c_pts][-int(p["noise_points"]):])
-    if math.isfinite(noise) and peak - cur < p["noise_z"] * noise:
-        return None
+    return floor, peak
+
+
+def _update_peak(state: dict, fin: np.ndarray, k: int, c_pts: int) -> None:
+    """Running peak of the k-point mean; the floor (unknown scale) is the running minimum of the k-point means that
+    ended before the current c points, so a fall does not lower its own reference."""
+    if fin.size < k:
+        return
+    recent = state.setdefault("recent", [])
+    m = float(fin[-k:].mean())
+    state["peak"] = max(state.get("peak", m), m)
+    recent.append(m)
+    state["n_means"] = state.get("n_means", 0) + 1  # how many k-point means the running peak is the best of
+    if len(recent) > c_pts:
+        state["floor"] = min(state.get("floor", math.inf), recent.pop(0))
+
+
+def score_collapse_rule(w, state, p) -> Signal | None:
+    x = w.series(TASK_SCORE)
+    v = float(x[-1]) if x.size else math.nan
+    bounds = _bounds(state, v)
+    rows = state["rows"] = state.get("rows", 0) + 1
+    if not math.isfinite(v):
+        # a row without the score (between evaluations, a row of other metrics): the last verdict stands
+        return state.get("last")
+    n = state["n"] = state.get("n", 0) + 1
+    k, c_pts = int(p["peak_points"]), int(p["confirm"])
+    if rows >= 2 * n:
+        # a score logged at evaluation steps only (one point every few rows, on a fixed evaluation set): one
+        # point is a measurement, not a noisy batch, and waiting for the next evaluation would cost many steps
+        c_pts = 1
+    fin = x[np.isfinite(x)]
+    _update_peak(state, fin, k, c_pts)
+    ref = _reference(state, bounds, p)
+    low = ref is not None and (v - ref[0]) / (ref[1] - ref[0]) <= p["frac_levels"][0]
+    noise = calm_noise(state, v, low, int(p["fall_points"]))
+    # a fall under way: the current mean of the test spans every low point so far (its standard error shrinks as
+    # the fall lasts, so a real fall on a noisy score is confirmed, a two-point dip is not)
+    state["low"] = state.get("low", 0) + 1 if low else 0
+    sig = None
+    if ref is not None and n >= p["min_points"] and fin.size >= c_pts and _significant(state, fin, noise, c_pts, p):
+        sig = _fall_signal(v, float(fin[-c_pts:].mean()), ref, bounds, c_pts, p)
+    state["last"] = sig
+    return sig
+
+
+def _significant(state: dict, fin: np.ndarray, noise: float, c_pts: int, p) -> bool:
+    """The fall from the peak passes the t-test plus the running maximum's bias (module doc)."""
+    if state.get("n_ss", 0) < p["noise_min"] - 1 or not math.isfinite(noise):
+        return False  # no measure of the noise yet: a fall cannot be told from two bad batches
+    k, n_means = int(p["peak_points"]), state.get("n_means", 1)
+    bias = math.sqrt(2.0 * math.log(n_means) / k) if n_means > 1 else 0.0
+    f = int(min(max(c_pts, state["low"]), fin.size, p["fall_points"]))
+    t = t_from_z(p["noise_z"], state["n_ss"])
+    return state["peak"] - float(fin[-f:].mean()) >= noise * (t * math.sqrt(1.0 / k + 1.0 / f) + bias)
+
+
+def _fall_signal(v: float, cur: float, ref: tuple[float, float], bounds, c_pts: int, p) -> Signal | None:
+    floor, peak = ref
     frac = (cur - floor) / (peak - floor)
     last = (v - floor) / (peak - floor)
     lv = sum(1 for t in p["frac_levels"] if frac <= t and last <= t + p["last_slack"])
@@ -99,14 +169,20 @@ SCORE_COLLAPSE = Detector(
               "lowest `peak_points`-point mean before now); P = running max of the `peak_points`-point mean; c = mean "
               "of the last `confirm` points (1 for a score logged at evaluation steps only, at most every second row);"
               " fall = (c - floor) / (P - floor); level = how many of frac_levels the fall and the last point (+ "
-              "last_slack) reach, once P - floor >= min_peak x span and P - c >= noise_z x the robust noise of the "
-              "point-to-point changes (1.4826 median |change| / sqrt 2 over noise_points). Windows in logged points."),
+              "last_slack) reach, once P - floor >= min_peak x span and the fall is significant against the noise s "
+              "of one point (sqrt(mean squared change / 2) over the changes since the start, those of a stretch below "
+              "the first fraction once it ends; at least noise_min points): P - c_f >= s (t sqrt(1/peak_points + 1/f) + "
+              "sqrt(2 ln N / peak_points)), c_f the mean of the last f points, f the points below the first fraction "
+              "so far (confirm..fall_points), t the Student-t quantile of noise_z for the changes s rests on, N the "
+              "peak means seen (a t-test plus the bias of a running maximum). Windows in logged points."),
     param_docs={
         "peak_points": "logged points averaged for the running peak",
         "confirm": "logged points averaged for the current score",
         "min_points": "logged points of the score needed before the rule can fire",
-        "noise_points": "logged points the score's noise is measured over",
-        "noise_z": "the fall must exceed this many noise standard deviations",
+        "fall_points": "most logged points the current mean of a lasting fall spans in the significance test",
+        "noise_z": "the fall must exceed this many standard errors of peak minus current (plus the running "
+                   "maximum's bias)",
+        "noise_min": "logged points of the score needed to measure its noise",
         "last_slack": "the last point may sit this far above the fraction",
     },
     remedies=(Remedy("stop and roll back to the last checkpoint before the first warning"),
@@ -115,7 +191,7 @@ SCORE_COLLAPSE = Detector(
     inputs=(TASK_SCORE,),
     rule=score_collapse_rule,
     # points, not steps: the rule compares logged values of the score, however often they are logged
-    params=dict(peak_points=3, confirm=2, min_points=4, min_peak=0.1, noise_points=20, noise_z=3.0,
+    params=dict(peak_points=3, confirm=2, min_points=4, min_peak=0.1, fall_points=20, noise_z=3.0, noise_min=6,
                 frac_levels=(0.75, 0.6, 0.45), last_slack=0.05),
     explanation="The task score (critic/score/mean, the reward, the accuracy: arldiag.aliases resolves which) "
                 "fell far below its own peak, measured on its scale and against its own noise. This is the "

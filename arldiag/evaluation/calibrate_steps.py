@@ -9,8 +9,8 @@ in the terms of real runs:
 
 R10: share of collapses warned >= 10 optimizer steps ahead; R3: share alarmed before the collapse or within 3
 logged points of it; F: share of stable runs with any warning; H: share of healthy steps in warning. Ambiguous runs
-are left out. The detectors are replayed once per run (their per-step levels kept), then every RiskConfig of
-``GRID`` is scored; from the best ``GREEDY_FROM`` of them detectors are demoted greedily while J rises by more than
+are left out. The detectors are replayed once per run (their per-step levels and whether the score held kept), then
+every RiskConfig of ``GRID`` (on top of the declared ``STEP_PRIORS``) is scored; from the best ``GREEDY_FROM`` of them detectors are demoted greedily while J rises by more than
 ``DEMOTE_COST``, starting from the token profile's demotions and ``STEP_PRIOR_DEMOTE``. Ties go to the earlier grid point (the grid lists the more conservative settings first).
 
 A run whose run.json says ``split: heldout`` is refused: held-out runs are scored, never fitted on.
@@ -21,15 +21,26 @@ import itertools
 from dataclasses import dataclass, replace
 
 from arldiag.detectors.base import LEVELS
-from arldiag.detectors.risk import AlertState, RiskConfig, combine_risk, detector_levels
+from arldiag.detectors.registry import REGISTRY
+from arldiag.detectors.risk import AlertState, Corroboration, RiskConfig, combine_risk, detector_levels
 from arldiag.evaluation.scoring import ScoreConfig, score_run
 
 # Demoted from the start in this profile: a one-point spike in a step log gives a lead of one or two logged points
 # at best (the real runs' own notes), which score_collapse already covers, while single spikes are common on healthy
 # real runs (the stable verl PPO notebook: grad_norm at 21x and 15x its median at steps 23 and 25). Demoted, a spike
 # still raises the state together with a second signal.
+LAGGING = tuple(n for n, d in REGISTRY.items() if d.lagging)  # the score itself corroborates (risk.Corroboration)
 STEP_PRIOR_DEMOTE = ("clip_pressure", "grad_norm_spike", "ppo_kl_spike")
-GRID = dict(warning=(0.75, 0.6, 0.55, 0.5), exit_steps=(40, 20, 10, 5), enter_steps=(5, 1, 10), critical_steps=(1, 2))
+# Declared, not fitted (docs/detectors.md "Alert episodes on step-scalar runs"): two logged points of evidence to
+# open a state and three to close it, whatever the interval; one precursor family alone stays a watch while the score
+# holds unless it is critical for 10 optimizer steps (two points of a log written every 5 steps).
+STEP_PRIORS = dict(enter_points=2, exit_points=3, corroborate=True, solo_critical_steps=10)
+# The warning threshold and the exit are declared too, since corroboration took over what fitting them did: 0.55 =
+# one warning-level precursor warns once corroborated (a second family, or the score no longer holding), and an
+# episode closes after 40 calm steps (counted once, not re-opened by the next noisy point). Fitting them on 6
+# collapses was unstable: each run left out moved them (leave-one-out 1 of 6 warned >= 10 steps ahead with them in
+# the grid, 0.75 / 10 steps chosen without rho0.30_s43 / rho0.70_s44).
+GRID = dict(warning=(0.55,), exit_steps=(40,), enter_steps=(5, 1, 10), critical_steps=(1, 2))
 GREEDY_FROM = 3
 DEMOTE_COST = 0.02
 
@@ -42,6 +53,7 @@ class Replay:
     interval: int
     collapse: int | None
     ambiguous: bool
+    holding: list[bool] | None = None  # per step: the score held (the corroboration gate's input); None: never
 
 
 def replay(run, name: str, label: dict) -> Replay:
@@ -52,14 +64,19 @@ def replay(run, name: str, label: dict) -> Replay:
     if split_of(run, name) == "heldout":
         raise ValueError(f"run: {name!r} is a held-out run (run.json split); calibration reads dev runs only")
     levels: list[dict[str, int]] = []
-    re = evaluate_run(run, name, risk=RiskConfig(), levels_out=levels)
+    holding: list[bool] = []
+    re = evaluate_run(run, name, risk=RiskConfig(), levels_out=levels, holding_out=holding)
     return Replay(name, re.steps, levels, re.evaluator.interval or 1, label["collapse_step"],
-                  bool(label.get("ambiguous")))
+                  bool(label.get("ambiguous")), holding)
 
 
-def states(rp: Replay, cfg: RiskConfig) -> list[str]:
-    st = AlertState(cfg.at_interval(rp.interval))
-    return [LEVELS[st.update(combine_risk(detector_levels(lv, cfg), cfg))] for lv in rp.levels]
+def states(rp: Replay, cfg: RiskConfig, lagging: tuple[str, ...] = LAGGING) -> list[str]:
+    """The alert states of a replay under ``cfg``: the Evaluator's state machine and corroboration gate."""
+    c = cfg.at_interval(rp.interval)
+    st, gate = AlertState(c), Corroboration(c)
+    holding = rp.holding or [False] * len(rp.levels)
+    return [LEVELS[st.update(combine_risk(detector_levels(lv, cfg), cfg), gate.ceiling(lv, h, lagging))]
+            for lv, h in zip(rp.levels, holding)]
 
 
 def _figures(rows: list[dict], score: ScoreConfig) -> dict:
@@ -88,7 +105,7 @@ def fit(replays: list[Replay], start_demote: tuple[str, ...] = ()) -> tuple[Risk
     """The best RiskConfig for ``replays`` and its figures. ``start_demote``: demotions every grid point starts
     from (the token profile's, fitted on the reference trainer's dev runs: the two profiles are fitted together,
     the real runs deciding what the step-scalar profile adds)."""
-    base = RiskConfig(demote=tuple(sorted(set(start_demote) | set(STEP_PRIOR_DEMOTE))))
+    base = RiskConfig(demote=tuple(sorted(set(start_demote) | set(STEP_PRIOR_DEMOTE))), **STEP_PRIORS)
     scored = []
     for i, (warn, ex, en, cr) in enumerate(itertools.product(*GRID.values())):
         cfg = replace(base, enter=(base.enter[0], warn, max(warn, base.enter[2])), exit_steps=ex, enter_steps=en,

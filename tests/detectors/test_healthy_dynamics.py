@@ -2,6 +2,7 @@
 while the score climbs, entropy that rises with exploration while the score climbs. Each case takes a real stable
 development run (../shared/real_runs), changes one logged series the way such runs move, and checks that the alert
 state stays below warning; the same change with the score falling instead still warns."""
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 import arldiag
 from arldiag.cli import main
 from arldiag.detectors.batch import evaluate_run
+from arldiag.detectors.risk import calibrated_risk
 
 REAL = Path(__file__).resolve().parents[3] / "shared" / "real_runs"
 pytestmark = pytest.mark.skipif(not (REAL / "labels.json").exists(), reason="shared/real_runs not beside the repo")
@@ -83,3 +85,49 @@ def test_entropy_rise_while_the_score_climbs_is_exploration(tmp_path):
     late["entropy"] = 0.2 * _ramp(len(d), 1.0, 2.5, 19)
     warned = _warned(_states(tmp_path, late, "late"))
     assert warned and warned[0] > 100
+
+
+def test_length_cap_reached_early_while_the_score_climbs_stays_a_watch(tmp_path):
+    import pandas as pd
+
+    # the held-out case of the issue: responses reach the length cap early (31 % truncated at step 50, a warning-
+    # level truncation share) while the score climbs. One precursor family while the score holds: at most a watch
+    d = pd.read_csv(REAL / "trl_grpo_lora_qwen25-7b_gsm8k_vanilla_s42.csv")
+    cap = d.copy()
+    cap["completions/clipped_ratio"] = np.clip((d["step"] - 10) / 130, 0.0, 0.35)   # 0.31 at step 50, then 0.35
+    states = _states(tmp_path, cap, "cap")
+    assert _warned(states) == [] and "watch" in states.values()
+    # the corroboration gate is what keeps it a watch: without it the same run warns (length_growth at warning)
+    off = dataclasses.replace(calibrated_risk(profile="steps"), corroborate=False)
+    assert any(st in ("warning", "critical") for _, _, st, _ in
+               evaluate_run(arldiag.open_run(tmp_path / "cap"), "cap", risk=off).timeline)
+    # its twin with the score falling from row 10: the score no longer holds, the same truncation warns
+    fall = cap.copy()
+    fall["reward"] = _falling(d["reward"], 10)
+    assert _warned(_states(tmp_path, fall, "cap_fall"))
+    # and truncation at the critical share (0.6) for 10 steps warns alone, the score holding
+    crit = d.copy()
+    crit["completions/clipped_ratio"] = np.clip((d["step"] - 10) / 100, 0.0, 0.7)
+    assert _warned(_states(tmp_path, crit, "cap_crit"))
+
+
+def test_kl_drift_with_grad_spikes_while_the_score_holds_stays_quiet(tmp_path):
+    import pandas as pd
+
+    # the other held-out case: the KL to the reference grows 34x and grad-norm spikes reach 27x their median while
+    # the score stays at its peak: no warning (one family, the size of the update; kl_ref_drift discounts a drift
+    # while the outcome holds, and the step profile demotes both, so this one stays quiet even without the gate)
+    d = pd.read_csv(REAL / "verl_ppo_qwen25-0.5b_gsm8k_notebook.csv")
+    n = len(d)
+    drift = d.copy()
+    drift["actor/kl_loss"] = np.geomspace(0.002, 0.068, n)                      # x34 over the run
+    g = d["actor/grad_norm"].to_numpy(float).copy()
+    med = float(np.nanmedian(g))
+    for i in (20, 35, 50):
+        g[i] = 27 * med
+    drift["actor/grad_norm"] = g
+    assert _warned(_states(tmp_path, drift, "drift")) == []
+    # the twin with the score falling from row 20: warned
+    fall = drift.copy()
+    fall["critic/score/mean"] = _falling(d["critic/score/mean"], 20)
+    assert _warned(_states(tmp_path, fall, "drift_fall"))

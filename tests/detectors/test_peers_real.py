@@ -82,20 +82,46 @@ def test_rldoctor_timeline_warmup_and_one_announcement():
     assert set(_states(pr.rldoctor_timeline(frame.iloc[:40], hold=10))) == {"ok"}  # 40 records: never checked
 
 
+def test_rlprobe_timeline_min_steps_and_one_announcement():
+    pytest.importorskip("rlprobe")
+    # three grad-norm spikes 50x the median (rlprobe's GRAD_PATHOLOGY: >= 3 above 10x, critical): present from step
+    # 9, but its watcher diagnoses nothing before 30 records, so the alert comes at the 30th (step 29), once
+    g = [1.0] * 100
+    for i in (3, 6, 9):
+        g[i] = 50.0
+    tl = pr.rlprobe_timeline(pd.DataFrame({"step": range(100), "grad_norm": g}), hold=10)
+    assert [s for s, _, st, _ in tl if st != "ok"] == list(range(29, 39))
+    assert {(st, top) for _, _, st, top in tl if st != "ok"} == {("critical", "GRAD_PATHOLOGY")}
+    # the third spike after the minimum: announced at its own step
+    g[9], g[40] = 1.0, 50.0
+    tl = pr.rlprobe_timeline(pd.DataFrame({"step": range(100), "grad_norm": g}), hold=10)
+    assert [s for s, _, st, _ in tl if st != "ok"] == list(range(40, 50))
+    assert set(_states(pr.rlprobe_timeline(pd.DataFrame({"step": range(29), "grad_norm": [50.0] * 29})))) == {"ok"}
+
+
+def test_rlprobe_mapping_names_step_record_fields():
+    schemas = pytest.importorskip("rlprobe.schemas")
+    assert set(pr.RLPROBE_MAPPING) <= set(schemas.StepRecord.model_fields)
+    assert pr.first_present(pr.RLPROBE_MAPPING, ["pg_clipfrac", "clip_ratio_region_mean", "entropy"]) == {
+        "clip_fraction": "pg_clipfrac", "entropy_mean": "entropy"}
+
+
 def _set():
     """Four runs, states by hold_states, scored by the benchmark's own score(): hand-worked below."""
     tl = lambda steps, alerts, hold=10: (pr.hold_states(steps, alerts, hold), {})  # noqa: E731
     s200, s5 = list(range(200)), list(range(0, 200, 5))
     runs = [  # (name, label, {tool: timeline})
         ("c1", {"collapse_step": 100}, {"arldiag": tl(s200, {80: [("warning", "a")]}, 40),
-                                         "rlwatch": tl(s200, {102: [("warning", "r")]}), "rldoctor": tl(s200, {})}),
+                                         "rlwatch": tl(s200, {102: [("warning", "r")]}), "rldoctor": tl(s200, {}),
+                                         "rlprobe": tl(s200, {95: [("warning", "p")]})}),
         ("c2", {"collapse_step": 50, "interval": 5}, {"arldiag": tl(s5, {45: [("warning", "a")]}),
                                                       "rlwatch": tl(s5, {70: [("critical", "r")]}),
-                                                      "rldoctor": tl(s5, {})}),
+                                                      "rldoctor": tl(s5, {}), "rlprobe": tl(s5, {})}),
         ("s1", {"collapse_step": None}, {"arldiag": tl(s200, {}), "rlwatch": tl(s200, {30: [("warning", "r")]}),
-                                         "rldoctor": tl(s200, {})}),
+                                         "rldoctor": tl(s200, {}), "rlprobe": tl(s200, {})}),
         ("amb", {"collapse_step": None, "ambiguous": True},
-         {"arldiag": tl(s200, {}), "rlwatch": tl(s200, {}), "rldoctor": tl(s200, {60: [("warning", "d")]})}),
+         {"arldiag": tl(s200, {}), "rlwatch": tl(s200, {}), "rldoctor": tl(s200, {60: [("warning", "d")]}),
+          "rlprobe": tl(s200, {})}),
     ]
     return {"runs": [{"run": n, "rows": pr.score(n, t, lab)} for n, lab, t in runs]}
 
@@ -104,22 +130,24 @@ def test_set_table_hand_worked():
     # c1 (collapse 100): arldiag's warning 80-119 is active at 100 (lead 20: caught); rlwatch's onset at 102 is
     # within 3 logged points after it (alarmed, no lead). c2 (collapse 50, every 5 steps): arldiag 45-54, lead 5
     # (alarmed, not 10 ahead); rlwatch's onset 70 is past 50 + 3 x 5. s1: rlwatch's warning at 30 is a false alarm.
-    # amb: rldoctor's warning is on an ambiguous run, not counted
+    # amb: rldoctor's warning is on an ambiguous run, not counted. rlprobe's warning 95-104 is active at c1's
+    # collapse (lead 5: alarmed, not 10 ahead)
     lines = pr.set_table(_set()).splitlines()
     assert lines[0].startswith("| tool | collapses warned >= 10 steps ahead | collapses alarmed before or within 3")
     assert lines[2:] == ["| arldiag | 1 of 2 | 2 of 2 | 1 of 1 | 0 |",
                          "| rlwatch 0.5.1 | 0 of 2 | 1 of 2 | 0 of 1 | 1 |",
-                         "| rldoctor 0.2.0 | 0 of 2 | 0 of 2 | 1 of 1 | 0 |"]
+                         "| rldoctor 0.2.0 | 0 of 2 | 0 of 2 | 1 of 1 | 0 |",
+                         "| rlprobe 0.1.0 | 0 of 2 | 1 of 2 | 1 of 1 | 0 |"]
 
 
 def test_runs_table_hand_worked():
     lines = pr.runs_table(_set()).splitlines()
     assert lines[0] == ("| run | label | arldiag: first warning / lead | rlwatch 0.5.1: first warning / lead | "
-                        "rldoctor 0.2.0: first warning / lead |")
-    assert lines[2:] == ["| c1 | collapse 100 | 80 / 20 | 102 / - | - / - |",
-                         "| c2 | collapse 50 | 45 / 5 | 70 / - | - / - |",
-                         "| s1 | stable | - | 30 | - |",
-                         "| amb | ambiguous | - | - | 60 |"]
+                        "rldoctor 0.2.0: first warning / lead | rlprobe 0.1.0: first warning / lead |")
+    assert lines[2:] == ["| c1 | collapse 100 | 80 / 20 | 102 / - | - / - | 95 / 5 |",
+                         "| c2 | collapse 50 | 45 / 5 | 70 / - | - / - | - / - |",
+                         "| s1 | stable | - | 30 | - | - |",
+                         "| amb | ambiguous | - | - | 60 | - |"]
 
 
 def test_write_doc_inserts_before_catalog_then_replaces(tmp_path):
@@ -136,11 +164,12 @@ def test_missing_real_runs_exit_with_a_message(tmp_path):
         pr.main(["--real", str(tmp_path / "nope")])
 
 
-def test_generated_section_in_docs_names_all_three_tools():
+def test_generated_section_in_docs_names_all_four_tools():
     text = pr.DOC.read_text(encoding="utf-8")
     assert pr.START in text and pr.END in text
     a, b = text.index(pr.START), text.index(pr.END)
     assert a < b < text.index("\n## Catalog")
     body = text[a:b]
-    for name in ("arldiag", "rlwatch 0.5.1", "rldoctor 0.2.0", "Real development runs", "sample runs"):
+    for name in ("arldiag", "rlwatch 0.5.1", "rldoctor 0.2.0", "rlprobe 0.1.0", "Real development runs",
+                 "sample runs"):
         assert name in body

@@ -15,7 +15,6 @@ from arldiag.cli import main
 from arldiag.detectors import REGISTRY, Evaluator
 from arldiag.detectors.label import score_collapse_index, unit_score
 from arldiag.detectors.risk import RiskConfig
-from arldiag.detectors.score import robust_noise
 
 # beside the repository, or where ARLDIAG_REAL_RUNS says (a git worktree elsewhere)
 REAL = Path(os.environ.get("ARLDIAG_REAL_RUNS") or Path(__file__).resolve().parents[3] / "shared" / "real_runs")
@@ -133,12 +132,16 @@ def test_score_collapse_hand_worked_plus_minus_one():
 
 
 def test_score_collapse_needs_a_fall_beyond_noise():
-    # a noisy run at a low level on [0, 1]: 0.1, 0.3, 0.1, ... The changes are +-0.2, so MAD = 0.2 and the noise sd
-    # 1.4826 x 0.2 / sqrt 2 = 0.2097; the best 3-point mean is 0.2333. Two batches at 0.02 are 9 % of the peak
-    # (under 0.45), but the fall 0.2133 is less than 3 x 0.2097: no collapse. The same fall from a steady 0.2333
-    # (noise 0) is one.
+    # a noisy run at a low level on [0, 1]: 0.1, 0.3, 0.1, ... The changes are +-0.2, so the noise sd is
+    # sqrt(mean(0.04) / 2) = 0.1414 over 19 changes (t of z = 3 for 19: 3.44); the best 3-point mean is 0.2333 of
+    # N = 20 means (running-max bias sqrt(2 ln 20 / 3) = 1.41). Two batches at 0.02 are 9 % of the peak (under
+    # 0.45), but the fall 0.2133 is less than 0.1414 (3.44 sqrt(1/3 + 1/2) + 1.41) = 0.64: no collapse. The same fall
+    # from a steady 0.2333 (noise 0) is one.
     vals = [0.1, 0.3] * 10 + [0.02, 0.02]
-    assert robust_noise(np.array(vals[:-2])) == pytest.approx(1.4826 * 0.2 / np.sqrt(2))
+    s = np.sqrt(np.mean(np.diff(vals[:-2]) ** 2) / 2)
+    t = 3 + (27 + 3) / (4 * 19) + (5 * 243 + 16 * 27 + 9) / (96 * 19 ** 2)
+    assert s == pytest.approx(0.1414, abs=1e-4) and 0.2333 - 0.02 < s * (t * np.sqrt(1 / 3 + 1 / 2) +
+                                                                        np.sqrt(2 * np.log(20) / 3))
     assert "score_collapse" not in _run_score(vals)[-1].signals
     steady = [0.7 / 3] * 20 + [0.02, 0.02]
     assert _run_score(steady)[-1].signals["score_collapse"].level == 3
@@ -381,7 +384,9 @@ def test_a_loop_that_scores_only_at_evaluation(tmp_path, capsys):
         capsys.readouterr().err
     assert main(["eval-detect", str(tmp_path / "runs"), "--json"]) == 0
     (r,) = json.loads(capsys.readouterr().out)["runs"]
-    assert r["collapse_step"] == 120 and r["episodes"][0][0] == 120 and r["alarmed_by_late_points"]
+    # the state asks two logged rows of evidence (enter_points); the verdict of the evaluation at 120 holds on the
+    # rows after it, so one low evaluation warns at the next row
+    assert r["collapse_step"] == 120 and r["episodes"][0][0] == 121 and r["alarmed_by_late_points"]
 
 
 def test_aliases_from_arldiag_toml(tmp_path, monkeypatch, capsys):
