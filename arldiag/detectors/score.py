@@ -10,10 +10,11 @@ on the score as logged:
 * peak P: running maximum of the mean over ``peak_points`` consecutive logged points (one lucky batch is no peak);
 * now c: the mean of the last ``confirm`` points (one point for a score logged at evaluation steps only, at most
   every second row); the fall is (c - floor) / (P - floor);
-* noise s: the sd of one point, sqrt(mean squared change / 2) over the changes since the run began; at least
-  ``noise_min`` points before the rule may fire. The changes of a stretch of low points (below the first of
-  ``frac_levels``) count only once it ends, so a fall does not raise the noise it is measured against while a dip
-  that recovers counts in full. The fall must be
+* noise s: the sd of one point, sqrt(mean squared change / 2) over the changes since the run began, the largest
+  ``NOISE_TRIM`` of them left out and the rest rescaled to stay unbiased on normal noise (``trimmed_sd``: one dip
+  that recovered does not hide every later fall); at least ``noise_min`` points before the rule may fire. The
+  changes of a stretch of low points (below the first of ``frac_levels``) count only once it ends, so a fall does
+  not raise the noise it is measured against while a dip that recovers counts. The fall must be
   significant against it: P - c_f >= s (t sqrt(1/k + 1/f) + sqrt(2 ln N / k)), t the Student-t quantile of
   ``noise_z`` for the changes s was measured on (few changes, a wider margin), c_f the mean of the last f
   points, f = the low points so far (at least ``confirm``, at most ``fall_points``: a fall that lasts is confirmed,
@@ -31,6 +32,7 @@ logged points.
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 
@@ -54,15 +56,37 @@ def t_from_z(z: float, df: int) -> float:
     return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
 
 
+# Share of the largest squared changes left out (rounded: a dip that recovers is two large changes, so nine changes
+# drop two) of the noise estimate (module doc): one dip that recovered (the
+# development run rho0.10's 0.9 -> 0.17 -> 0.7 at steps 15-25) must not set the noise a later fall is tested against.
+NOISE_TRIM = 0.25
+
+
+def trimmed_sd(sq: list[float], trim: float = NOISE_TRIM) -> float:
+    """The per-point sd from squared changes d^2 = (x_i - x_{i-1})^2 of a score with normal noise sd s (d ~ N(0, 2
+    s^2)), the largest ``round(trim n)`` left out. For a kept share p of d^2 / (2 s^2) ~ chi2(1), the kept mean is
+    2 s^2 F3(q) / p, q = Phi^-1((1 + p) / 2)^2 the chi2(1) p-quantile and F3 the chi2(3) cdf (x f1(x) = f3(x)), so
+    dividing by F3(q) / p keeps the estimate unbiased on normal noise. Not the median |change|: a score in steps of
+    0.125 repeats its value and its median change understates the noise (0.13 for a true 0.18)."""
+    n = len(sq)
+    drop = int(trim * n + 0.5)
+    kept = sorted(sq)[: n - drop]
+    ms = sum(kept) / len(kept)
+    if drop:
+        p = len(kept) / n
+        q = NormalDist().inv_cdf((1.0 + p) / 2.0) ** 2
+        f3 = math.erf(math.sqrt(q / 2.0)) - math.sqrt(2.0 * q / math.pi) * math.exp(-q / 2.0)
+        ms /= f3 / p
+    return math.sqrt(ms / 2.0)
+
+
 def calm_noise(state: dict, v: float, low: bool, hold: int) -> float:
-    """The per-point noise sd of the score, sqrt(mean squared change / 2) over the run so far (O(1) state: a sum, a
-    count, and the changes of the current low stretch). Over the whole run, not a window: 20 changes of a binomial
-    score give an sd off by 16 % either way, enough to alarm on a noisy run or miss a fall. The changes of a low
-    stretch (points below the first fraction: a fall may be under way) are held back until it ends: a dip that
-    recovers then counts in full (leaving its changes out would understate the noise), a fall does not raise the
-    noise it is measured against (at most ``hold`` changes are held). Not the median |change|
-    (window.robust_noise): a score in steps of 0.125 repeats its value and its median change understates the noise
-    (0.13 for a true 0.18). NaN before two changes."""
+    """The per-point noise sd of the score over the run so far (``trimmed_sd`` of its point-to-point changes). Over
+    the whole run, not a window: 20 changes of a binomial score give an sd off by 16 % either way, enough to alarm
+    on a noisy run or miss a fall. The changes of a low stretch (points below the first fraction: a fall may be
+    under way) are held back until it ends: a dip that recovers then counts (leaving its changes out would
+    understate the noise), a fall does not raise the noise it is measured against (at most ``hold`` changes are
+    held). NaN before two changes."""
     prev = state.get("prev")
     state["prev"] = v
     if prev is not None:
@@ -70,11 +94,11 @@ def calm_noise(state: dict, v: float, low: bool, hold: int) -> float:
         if len(held) < hold:
             held.append((v - prev) ** 2)
         if not low:
-            state["ss"] = state.get("ss", 0.0) + sum(held)
-            state["n_ss"] = state.get("n_ss", 0) + len(held)
+            state.setdefault("sq", []).extend(held)
+            state["n_ss"] = len(state["sq"])
             held.clear()
     n = state.get("n_ss", 0)
-    return math.sqrt(state["ss"] / n / 2.0) if n >= 2 else math.nan
+    return trimmed_sd(state["sq"]) if n >= 2 else math.nan
 
 
 def _reference(state: dict, bounds, p) -> tuple[float, float] | None:
@@ -138,14 +162,20 @@ def score_collapse_rule(w, state, p) -> Signal | None:
 
 
 def _significant(state: dict, fin: np.ndarray, noise: float, c_pts: int, p) -> bool:
-    """The fall from the peak passes the t-test plus the running maximum's bias (module doc)."""
+    """The fall from the peak passes the t-test plus the running maximum's bias (module doc) for some span f of the
+    last points, from ``c_pts`` up to the low points so far: a plateau below the first fraction before the fall (the
+    development run rho0.10 sat at 0.6 of a 0.875 peak for 60 steps, then fell to 0) must not dilute the fall's
+    mean, and the shortest span that passes is the one a user would read off the curve."""
     if state.get("n_ss", 0) < p["noise_min"] - 1 or not math.isfinite(noise):
         return False  # no measure of the noise yet: a fall cannot be told from two bad batches
     k, n_means = int(p["peak_points"]), state.get("n_means", 1)
     bias = math.sqrt(2.0 * math.log(n_means) / k) if n_means > 1 else 0.0
-    f = int(min(max(c_pts, state["low"]), fin.size, p["fall_points"]))
     t = t_from_z(p["noise_z"], state["n_ss"])
-    return state["peak"] - float(fin[-f:].mean()) >= noise * (t * math.sqrt(1.0 / k + 1.0 / f) + bias)
+    top = int(min(max(c_pts, state["low"]), fin.size, p["fall_points"]))
+    tail = fin[::-1][:top].cumsum() / np.arange(1, top + 1)  # [top]: mean of the last f points, f = 1..top
+    f = np.arange(c_pts, top + 1)
+    need = noise * (t * np.sqrt(1.0 / k + 1.0 / f) + bias)
+    return bool(np.any(state["peak"] - tail[f - 1] >= need))
 
 
 def _fall_signal(v: float, cur: float, ref: tuple[float, float], bounds, c_pts: int, p) -> Signal | None:
@@ -170,7 +200,8 @@ SCORE_COLLAPSE = Detector(
               "of the last `confirm` points (1 for a score logged at evaluation steps only, at most every second row);"
               " fall = (c - floor) / (P - floor); level = how many of frac_levels the fall and the last point (+ "
               "last_slack) reach, once P - floor >= min_peak x span and the fall is significant against the noise s "
-              "of one point (sqrt(mean squared change / 2) over the changes since the start, those of a stretch below "
+              "of one point (sqrt(mean squared change / 2) over the changes since the start, the largest 25 % left out "
+              "and the rest rescaled (unbiased on normal noise), those of a stretch below "
               "the first fraction once it ends; at least noise_min points): P - c_f >= s (t sqrt(1/peak_points + 1/f) + "
               "sqrt(2 ln N / peak_points)), c_f the mean of the last f points, f the points below the first fraction "
               "so far (confirm..fall_points), t the Student-t quantile of noise_z for the changes s rests on, N the "

@@ -80,10 +80,14 @@ def test_entropy_rise_while_the_score_climbs_is_exploration(tmp_path):
     mult[:7] = np.linspace(1.0, 2.5, 7)
     up["entropy"] = 0.2 * mult
     assert _warned(_states(tmp_path, up, "explore")) == []
-    # the same rise once the score has stopped climbing (from step 100) is a blow-up: it warns
+    # the same rise once the score has stopped climbing (from step 100) is a blow-up, but one family while the score
+    # holds: a watch (the corroboration gate); with the score falling from there as well, it warns
     late = d.copy()
     late["entropy"] = 0.2 * _ramp(len(d), 1.0, 2.5, 19)
-    warned = _warned(_states(tmp_path, late, "late"))
+    states = _states(tmp_path, late, "late")
+    assert _warned(states) == [] and any(st == "watch" and s > 100 for s, st in states.items())
+    late["reward"] = _falling(d["reward"], 19)
+    warned = _warned(_states(tmp_path, late, "late_fall"))
     assert warned and warned[0] > 100
 
 
