@@ -203,7 +203,7 @@ class Collector:
             self.guard.warn_once("aliases", f"arldiag: metric name resolution failed ({exc!r}); names kept as logged")
         if self._aliases.sources != self.manifest.get("score_sources"):  # a score column was just chosen: keep it
             self.manifest["score_sources"] = dict(self._aliases.sources)
-            if self.rank == 0 and self._loc is not None:
+            if self.rank == 0 and self.writer is not None:  # no store opened: its one warning was given at open
                 self.guard.run("run.json", self._loc.write_json, "run.json", self.manifest)
         res = self.guard.run("record_step", self._steps.record_step, int(step), user)
         return res or {}
