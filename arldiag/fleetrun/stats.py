@@ -312,21 +312,26 @@ def part_partial(item: dict) -> dict:
 # --------------------------------------------------------------------------------------------- local: DuckDB
 def local_query(refs, stat: Stat, by: str) -> Partial:
     """The merged vector of every group from one DuckDB query over the runs' token views (arldiag.open_run)."""
-    from arldiag.store.reader import open_run
+    from pathlib import Path
+
     from arldiag.store.location import is_url
+    from arldiag.store.reader import Run, read_manifest
 
     if not refs:
         return {}
     urls = [r for r in refs if is_url(r.path)]
     if urls and len(urls) != len(refs):
         raise ValueError("fleet-stats --engine local: roots must be all local folders or all URLs")
+    fs = None
     if urls:
-        roots = sorted({r.root for r in refs})
-        if len(roots) != 1:
-            raise ValueError("fleet-stats --engine local reads one URL root at a time")
-        run = open_run(roots[0])
-    else:
-        run = open_run([r.path for r in refs])
+        import fsspec
+
+        fs = fsspec.core.url_to_fs(urls[0].path)[0]
+        strip = lambda u: fsspec.core.url_to_fs(u)[1]  # noqa: E731
+        manifests = {r.name: read_manifest(strip(r.path), fs) for r in refs}
+        run = Run({r.name: r.path for r in refs}, manifests, fs=fs)
+    else:  # the runs by the names the Ray path gives them (locate_runs), broken ones already left out
+        run = Run({r.name: Path(r.path) for r in refs}, {r.name: read_manifest(Path(r.path)) for r in refs})
     try:
         algo = {r.name: (r.algorithm or "unknown") for r in refs}
         key = {"step": "CAST(step AS BIGINT)", "run": "run", "algorithm": "algo"}[by]
