@@ -79,25 +79,12 @@ def worker_peaks_mb() -> list[float]:
     return sorted(peaks, reverse=True)
 
 
-def main(argv=None) -> int:
+def ls_and_detect_local(root: Path, n: int, res: dict) -> None:
+    """Local `ls` (uncached, by fleet size, then cached) and `detect`; keeps rows and findings in ``res`` (``_rows``,
+    ``_findings``) for the Ray runs to be compared with."""
     from arldiag.commands.detect import fleet_detect
-    from arldiag.commands.fleet_stats import fleet_stats
     from arldiag.commands.ls import fleet_rows
-    from arldiag.synth import parse_count
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--runs", type=int, default=200)
-    p.add_argument("--big-runs", type=int, default=2)
-    p.add_argument("--big-tokens", default="10M")
-    p.add_argument("--root", default="/tmp/arldiag_fleet_scale")
-    p.add_argument("--out", default=None, help="write the figures as JSON here too")
-    a = p.parse_args(argv)
-    root = Path(a.root)
-    t_build, _ = timed(build, root, a.runs, a.big_runs, parse_count(a.big_tokens))
-    n = a.runs
-    res: dict = {"runs": n, "big_runs": a.big_runs, "big_tokens": parse_count(a.big_tokens), "cpus": os.cpu_count(),
-                 "build_s": round(t_build, 1)}
-    os.environ["ARLDIAG_SUMMARY_CACHE"] = "0"
     dirs = sorted(d for d in root.iterdir() if (d / "run.json").is_file())
     grow = {}
     for k in (25, 50, 100):
@@ -116,26 +103,53 @@ def main(argv=None) -> int:
                ls_local_cached_s_per_run=round(t_hit / n, 5))
     os.environ["ARLDIAG_SUMMARY_CACHE"] = "0"
     t_det, det = timed(fleet_detect, [str(root)], None, "local", False)
+    res["detect_local_s"] = round(t_det, 2)
+    res["_rows"], res["_findings"] = rows, [f.to_dict() for f in det[0]]
+
+
+def main(argv=None) -> int:
+    from arldiag.commands.fleet_stats import fleet_stats
+    from arldiag.synth import parse_count
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--runs", type=int, default=200)
+    p.add_argument("--big-runs", type=int, default=2)
+    p.add_argument("--big-tokens", default="10M")
+    p.add_argument("--root", default="/tmp/arldiag_fleet_scale")
+    p.add_argument("--out", default=None, help="write the figures as JSON here too")
+    p.add_argument("--only", choices=("all", "stats"), default="all",
+                   help="stats: only fleet-stats, local against Ray with 1 and 2 workers")
+    a = p.parse_args(argv)
+    root = Path(a.root)
+    t_build, _ = timed(build, root, a.runs, a.big_runs, parse_count(a.big_tokens))
+    n = a.runs
+    res: dict = {"runs": n, "big_runs": a.big_runs, "big_tokens": parse_count(a.big_tokens), "cpus": os.cpu_count(),
+                 "build_s": round(t_build, 1)}
+    os.environ["ARLDIAG_SUMMARY_CACHE"] = "0"
+    full = a.only == "all"
+    if full:
+        ls_and_detect_local(root, n, res)
     t_fs, fs_local = timed(fleet_stats, [str(root)], "log_ratio_hist", "algorithm", "local")
-    res.update(detect_local_s=round(t_det, 2), fleet_stats_local_s=round(t_fs, 2))
+    res["fleet_stats_local_s"] = round(t_fs, 2)
     import ray
 
     for workers in (1, 2):
         t0 = time.perf_counter()
         ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-        t_init = time.perf_counter() - t0
-        t_r, rrows = timed(fleet_rows, [str(root)], "ray")
-        assert rrows == rows, "ray rows differ from local rows"
-        t_rd, rdet = timed(fleet_detect, [str(root)], None, "ray", False)
-        assert [f.to_dict() for f in rdet[0]] == [f.to_dict() for f in det[0]]
+        out = res[f"ray{workers}"] = {"init_s": round(time.perf_counter() - t0, 2)}
+        if full:
+            t_r, rrows = timed(fleet_rows, [str(root)], "ray")
+            assert rrows == res["_rows"], "ray rows differ from local rows"
+            t_rd, rdet = timed(fleet_detect, [str(root)], None, "ray", False)
+            assert [f.to_dict() for f in rdet[0]] == res["_findings"]
+            out.update(ls_s=round(t_r, 2), detect_s=round(t_rd, 2), ls_over_local=round(t_r / res["ls_local_uncached_s"], 2),
+                       detect_over_local=round(t_rd / res["detect_local_s"], 2))
         t_rs, fs_ray = timed(fleet_stats, [str(root)], "log_ratio_hist", "algorithm", "ray")
         assert fs_ray == fs_local
-        peaks = worker_peaks_mb()
+        out.update(fleet_stats_s=round(t_rs, 2), fleet_stats_over_local=round(t_rs / t_fs, 2),
+                   worker_peak_mb=[round(x) for x in worker_peaks_mb()[:4]])
         ray.shutdown()
-        res[f"ray{workers}"] = {"init_s": round(t_init, 2), "ls_s": round(t_r, 2), "detect_s": round(t_rd, 2),
-                                "fleet_stats_s": round(t_rs, 2), "worker_peak_mb": [round(x) for x in peaks[:4]],
-                                "ls_over_local": round(t_r / t_ls, 2), "detect_over_local": round(t_rd / t_det, 2),
-                                "fleet_stats_over_local": round(t_rs / t_fs, 2)}
+    res.pop("_rows", None), res.pop("_findings", None)
     tokens = sum(sum(g["neg"]) + sum(g["pos"]) for g in fs_local["groups"])
     res["token_rows_with_advantage"] = tokens
     print(json.dumps(res, indent=2))

@@ -201,13 +201,18 @@ Partial = dict  # {group key: [sums (list of n_sum floats), maxima (list)]}
 
 
 def partial_of(stat: Stat, cols: dict, groups) -> Partial:
-    """The partial of token rows ``cols`` (name -> float64 array) whose group keys are ``groups`` (array)."""
+    """The partial of token rows ``cols`` (name -> float64 array) whose group keys are ``groups`` (an array, or one
+    key for every row)."""
     import numpy as np
 
     out: Partial = {}
-    if len(groups) == 0:
+    n = len(next(iter(cols.values()))) if cols else 0
+    if n == 0:
         return out
-    keys, gidx = np.unique(groups, return_inverse=True)
+    if np.ndim(groups) == 0:  # one key for the whole part (--by run or algorithm): no sort of n keys
+        keys, gidx = np.array([groups], dtype=object), np.zeros(n, dtype=np.int64)
+    else:
+        keys, gidx = np.unique(groups, return_inverse=True)
     sums = np.zeros(len(keys) * stat.n_sum)
     for e in stat.emitters:
         m = e.where_np(cols)
@@ -304,8 +309,7 @@ def part_partial(item: dict) -> dict:
     if by == "step":
         groups = t.column("step").to_numpy(zero_copy_only=False).astype(np.int64)
     else:
-        key = item["run"] if by == "run" else (item["algorithm"] or "unknown")
-        groups = np.full(n, key, dtype=object)
+        groups = item["run"] if by == "run" else (item["algorithm"] or "unknown")
     return {"run": item["run"], "partial": partial_of(stat, cols, groups), "error": None}
 
 

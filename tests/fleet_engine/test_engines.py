@@ -136,7 +136,7 @@ def test_a_failing_or_dead_task_is_an_error_row(ray_local):
     assert eng.map(six_over, [1, 0, 3], on_error) == [6.0, {"item": 0, "error": "ZeroDivisionError"}, 2.0]
     assert get_engine("local").map(six_over, [1, 0], on_error) == [6.0, {"item": 0, "error": "ZeroDivisionError"}]
     (dead,) = eng.map(os._exit, [3], on_error)  # the worker process dies (as on an out-of-memory kill)
-    assert dead["item"] == 3 and "Died" in dead["error"] or "Crash" in dead["error"]
+    assert dead["item"] == 3 and ("Died" in dead["error"] or "Crash" in dead["error"]), dead
 
 
 def test_light_import():
