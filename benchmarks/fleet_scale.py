@@ -108,7 +108,9 @@ def ls_and_detect_local(root: Path, n: int, res: dict) -> None:
 
 
 def main(argv=None) -> int:
+    from arldiag.commands.detect import fleet_detect
     from arldiag.commands.fleet_stats import fleet_stats
+    from arldiag.commands.ls import fleet_rows
     from arldiag.synth import parse_count
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
