@@ -69,8 +69,8 @@ def has_sequences(source: RunSource, name: str) -> bool:
 
 
 def no_sequences_text(name: str) -> str:
-    return (f"{name} holds step metrics only (no sequence rows: an imported log, or a trainer that calls only "
-            "record_step), so there is no sequence to inspect.")
+    return (f"{name} has no sequence rows to inspect: it holds step metrics only (an imported log, a trainer "
+            "that calls only record_step) or its sequence files could not be read.")
 
 
 def render_table(source: RunSource, name: str, step: Any, by: str) -> tuple[list[dict], str]:
