@@ -15,7 +15,7 @@ from plotly.subplots import make_subplots
 
 from arldiag.report.downsample import downsample_xy
 # the panel layout is plotly-free (panels.py) so the Markdown report reads it on the base install
-from arldiag.report.panels import SCALE_RATIO, distinct_panels, split_by_scale, timeline_panels  # noqa: F401
+from arldiag.report.panels import SCALE_RATIO, distinct_panels, timeline_panels, typical_scale
 from arldiag.views import catalog as S
 from arldiag.views.events import band_spans
 from arldiag.views.heatmap import Heatmap
@@ -163,7 +163,7 @@ def series_figure(runs: Sequence, keys: Sequence[str], title: str, max_points: i
         return None
     fig = go.Figure()
     # signals far below the largest one's scale go on a right-hand axis, so they are not a flat line at zero
-    scales = {k: _scale(runs, k) for k in keys}
+    scales = {k: typical_scale(runs, k) for k in keys}
     top = max(scales.values())
     right = {k for k, v in scales.items() if 0 < v and v * SCALE_RATIO < top}
     for j, key in enumerate(keys):

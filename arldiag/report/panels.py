@@ -61,7 +61,7 @@ def distinct_panels(runs: Sequence, panels: list) -> list:
 SCALE_RATIO = 10.0  # signals whose typical magnitudes differ more than this get panels of their own
 
 
-def _scale(runs: Sequence, key: str) -> float:
+def typical_scale(runs: Sequence, key: str) -> float:
     """Typical magnitude of a signal: the 95th percentile of |y| over the runs (0 for an all-zero series)."""
     ys = [np.abs(series(r.steps, r.cols[key])[1]) for r in runs if key in r.cols]
     y = np.concatenate(ys) if ys else np.zeros(0)
@@ -73,7 +73,7 @@ def split_by_scale(runs: Sequence, panel: S.Panel) -> list[tuple[str, list[tuple
     """A panel's signals grouped so that no group spans more than SCALE_RATIO in magnitude (ppo_kl ~0.07 next to
     kl_ref_k3 ~3 would be a flat line at zero): [(title, [(index in the panel, signal)])], largest scale first.
     All-zero signals join the group of the smallest scale."""
-    present = [(j, sig, _scale(runs, sig.key)) for j, sig in enumerate(panel.signals)
+    present = [(j, sig, typical_scale(runs, sig.key)) for j, sig in enumerate(panel.signals)
                if any(sig.key in r.cols for r in runs)]
     nonzero = sorted((t for t in present if t[2] > 0), key=lambda t: -t[2])
     groups: list[list[tuple[int, S.Signal, float]]] = []

@@ -59,6 +59,7 @@ def test_verdict_with_enough_history_is_healthy() -> None:
 
 def test_kl_signals_of_different_scale_get_their_own_panel(cispo_report) -> None:
     from arldiag.report import figures as F
+    from arldiag.report import panels as P
     from arldiag.report.data import series
 
     rep = cispo_report.main
@@ -75,17 +76,17 @@ def test_kl_signals_of_different_scale_get_their_own_panel(cispo_report) -> None
     assert all(fig.layout[k].showticklabels for k in xaxes)
     # and no panel mixes scales more than SCALE_RATIO apart
     for ax in {t.yaxis for t in fig.data}:
-        scales = [F._scale([rep], k) for k, c in rep.cols.items()
+        scales = [P.typical_scale([rep], k) for k, c in rep.cols.items()
                   for t in fig.data if t.yaxis == ax and t.hovertemplate.startswith(c + "<br>")]
         scales = [s for s in scales if s > 0]
         if scales:
-            assert max(scales) <= F.SCALE_RATIO * min(scales) * (1 + 1e-9), (ax, scales)
+            assert max(scales) <= P.SCALE_RATIO * min(scales) * (1 + 1e-9), (ax, scales)
 
 
 def test_split_by_scale_groups() -> None:
     import pandas as pd
 
-    from arldiag.report import figures as F
+    from arldiag.report import panels as P
     from arldiag.report import signals as S
 
     class R:
@@ -93,7 +94,7 @@ def test_split_by_scale_groups() -> None:
         cols = {"ppo_kl": "a", "ppo_kl_k3": "b", "kl_ref_k3": "c", "x": "d"}
 
     panel = S.Panel("KL", (S.BY_KEY["ppo_kl"], S.BY_KEY["ppo_kl_k3"], S.BY_KEY["kl_ref_k3"]))
-    groups = F.split_by_scale([R], panel)
+    groups = P.split_by_scale([R], panel)
     assert [[sig.key for _, sig in g] for _, g in groups] == [["kl_ref_k3"], ["ppo_kl", "ppo_kl_k3"]]
     assert groups[0][0] == "KL: kl_ref_k3 (to reference)"
 
