@@ -23,6 +23,7 @@ STATE_COLORS = {"watch": "rgba(255, 215, 0, 0.18)", "warning": "rgba(255, 140, 0
 # hoverdistance -1: hovering anywhere over a panel picks the nearest step, so a click anywhere selects a step
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=230, t=40, b=40), hovermode="x unified", hoverdistance=-1,
               legend=dict(x=1.01, xanchor="left", y=1, yanchor="top", font=dict(size=10)), uirevision="keep")
+MARK_SHIFT = 16  # px a collapse/decline label sits above the plot area: the height of a subplot title (font 12)
 
 
 def message_figure(text: str, height: int = 220) -> go.Figure:
@@ -95,6 +96,7 @@ def panel_figure(series: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str,
         bands = {next(iter(series), ""): bands}
     for ri, run in enumerate(series):
         _add_bands(fig, bands.get(run, ()), RUN_COLORS[ri % len(RUN_COLORS)] if compare else None)
+    marked = 0  # rows of marker labels above the top panel
     for ri, run in enumerate(series):
         for what, steps, dash in (("collapse", collapse, "dash"), ("decline", decline, "dot")):
             c = (steps or {}).get(run)
@@ -104,10 +106,15 @@ def panel_figure(series: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str,
             color = RUN_COLORS[ri % len(RUN_COLORS)] if compare else COLLAPSE_COLOR
             fig.add_shape(type="line", xref="x", yref="paper", x0=c, x1=c, y0=0, y1=1,
                           line=dict(color=color, width=2, dash=dash), name=f"{what} {run}")
-            fig.add_annotation(x=c, y=1, xref="x", yref="paper", yanchor="bottom", showarrow=False,
-                               text=f"{what} {c}" + (f" ({run})" if compare else ""), font=dict(size=10))
+            # above the top panel's title (a label at y=1 prints over it), below the figure's own title
+            fig.add_annotation(x=c, y=1, xref="x", yref="paper", yanchor="bottom", yshift=MARK_SHIFT + 12 * ri,
+                               showarrow=False, text=f"{what} {c}" + (f" ({run})" if compare else ""),
+                               font=dict(size=10, color=color))
+            marked = max(marked, ri + 1)
     note = ("not recorded: " + "; ".join(missing)) if missing else ""
-    fig.update_layout(**{k: v for k, v in LAYOUT.items() if k != "legend"}, height=height,
+    margin = dict(LAYOUT["margin"], t=LAYOUT["margin"]["t"] + (MARK_SHIFT + 12 * marked if marked else 0))
+    fig.update_layout(**{k: v for k, v in LAYOUT.items() if k not in ("legend", "margin")}, margin=margin,
+                      height=height + (margin["t"] - LAYOUT["margin"]["t"]),
                       title=dict(text=" · ".join(t for t in (title, note) if t) or None, font=dict(size=12)),
                       meta={k: {r: c for r, c in (v or {}).items() if c is not None}
                             for k, v in (("collapse", collapse), ("decline", decline))})

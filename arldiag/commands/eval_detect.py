@@ -132,12 +132,13 @@ def main(args) -> int:
     s = res["summary"]
     print(f"\n{summary_line(s)}")
     quiet = _of(s["stable_runs_without_warning"], s["stable"], "stable runs without any warning", "no stable runs")
-    print(f"collapses alarmed before or within {ScoreConfig.late_points} logged points: {s['alarmed_by_late_points']}/"
-          f"{s['collapsing']}; {quiet}"
+    late = f"collapses alarmed before or within {ScoreConfig.late_points} logged points"
+    print(f"{_of(s['alarmed_by_late_points'], s['collapsing'], late, 'no collapsing runs')}; {quiet}"
           + (f"; ambiguous runs (scored apart): {s['ambiguous']}" if s["ambiguous"] else ""))
-    print(f"collapsing runs caught >= {s['min_lead']} steps ahead: {s['collapsing_warned_in_time']}/{s['collapsing']} "
-          f"(* early collapse: alarm at or before it); "
-          f"{_of(s['stable_without_warning'], s['stable'], 'stable runs without warning', 'no stable runs')}; "
+    ahead = f"collapsing runs caught >= {s['min_lead']} steps ahead"
+    print(f"{_of(s['collapsing_warned_in_time'], s['collapsing'], ahead, 'no collapsing runs')}"
+          + (" (* early collapse: alarm at or before it); " if s["collapsing"] else "; ")
+          + f"{_of(s['stable_without_warning'], s['stable'], 'stable runs without warning', 'no stable runs')}; "
           f"{_of(s['faults_flagged'], s['fault'], 'runs with planted faults flagged', 'no runs with planted faults')}")
     if s["declines"]:
         print(f"declining runs (never learned, then fell; d: the step, not scored as collapses): {s['declines']}, "
