@@ -20,10 +20,11 @@ from typing import Any, Callable, Iterable, Mapping
 
 from arldiag.alerts import Alert, CallbackSink, ConsoleSink, StoreSink, WandbSink, WebhookSink
 from arldiag.detectors.advice import settings_of, with_actions
-from arldiag.levels import ALERTING, LEVELS
 from arldiag.detectors.engine import Evaluator, StepResult
 from arldiag.detectors.risk import RiskConfig
 from arldiag.findings import Finding
+from arldiag.levels import ALERTING, LEVELS
+from arldiag.settings import active
 
 log = logging.getLogger("arldiag")
 DEFAULT_SINKS = ("console", "store", "wandb")
@@ -75,7 +76,6 @@ class Monitor:
             # the alert channels of the active arldiag.toml / environment (Slack, Discord, webhook, email): a
             # Monitor built without sinks of its own sends where the configuration says (Settings.monitor passes
             # its sinks explicitly, so nothing is added twice)
-            from arldiag.settings import active
 
             self._sinks.extend(active().channels())
         if webhook is not None:

@@ -31,7 +31,10 @@ import os
 import threading
 from typing import Any, Mapping
 
+from arldiag import settings
+from arldiag.collectors.collector import Collector
 from arldiag.collectors.guard import Guard
+from arldiag.store.location import StoreRoot
 
 RUN_ENV = "ARLDIAG_RUN"
 OFF_ENV = "ARLDIAG_VERL_TRACKING"  # "0" (or "off", "false"): do not record verl's driver scalars
@@ -99,12 +102,8 @@ class DriverRecorder:
         if self.collector is not None or not run_dir or run_dir in self._failed_dirs:
             return self.collector
         try:
-            from arldiag.collectors.collector import Collector
-
             monitor, kwargs = None, {}
             try:
-                from arldiag import settings
-
                 conf = settings.active()
                 monitor = conf.monitor()
                 kwargs = conf.collector_kwargs()
@@ -138,7 +137,6 @@ class DriverRecorder:
         (and without the loss mode at all)."""
         if getattr(col, "writer", None) is None:  # the store is not writable: the Collector has warned
             return
-        from arldiag.store.location import StoreRoot
 
         loc = StoreRoot(col.root)
         m = loc.read_json("run.json")
@@ -155,7 +153,6 @@ class DriverRecorder:
         (``arldiag watch``) evaluate the last step. Ray may end the workers without running their exit handlers."""
         if getattr(col, "writer", None) is None:
             return
-        from arldiag.store.location import StoreRoot
 
         loc = StoreRoot(col.root)
         m = loc.read_json("run.json")

@@ -14,14 +14,15 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from arldiag.aliases import VAL_SCORE, is_validation
-from arldiag.detectors.advice import advise
-from arldiag.detectors.base import LEVELS, Detector, Signal
+from arldiag.detectors.base import Detector, LEVELS, Signal
 from arldiag.detectors.context import OUTCOME_COLUMNS, OutcomeTracker
-from arldiag.detectors.registry import resolve
+from arldiag.detectors.learned import FEATURE_METRICS, LearnedRisk
+from arldiag.detectors.registry import advise, resolve
 from arldiag.detectors.risk import (AlertState, Corroboration, RiskConfig, calibrated_model, calibrated_risk,
                                     combine_risk, detector_levels, level_of, profile_of)
 from arldiag.detectors.window import Window, as_float
 from arldiag.findings import Finding
+from arldiag.settings import active
 
 WINDOW_SIZE = 32
 RISK_MODELS = ("rules", "learned")
@@ -87,8 +88,6 @@ class Evaluator:
         # ``settings`` (an arldiag.settings.Settings, e.g. Settings.monitor's own) stands for the active one
         self.settings = settings
         if self.settings is None and (detectors is None or risk is None):
-            from arldiag.settings import active
-
             self.settings = active()
         if self.settings is not None:
             if detectors is None and self.settings.detectors_changed():
@@ -100,7 +99,6 @@ class Evaluator:
         self.outcome = OutcomeTracker()
         self.learned = None
         if risk_model == "learned":  # detectors.learned: a logistic model over windowed step features
-            from arldiag.detectors.learned import FEATURE_METRICS, LearnedRisk
 
             self.learned = LearnedRisk()
             self.window = Window(dict.fromkeys(list(cols) + list(FEATURE_METRICS)), window_size)

@@ -23,6 +23,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from arldiag.detectors import decline_of, events_of
+from arldiag.detectors.batch import steps_frame
+from arldiag.evaluation.evaluate import select_split
+from arldiag.store.reader import open_run
+
 
 BASE, MIN_PERIODS = 40, 10   # Z: the trailing baseline (steps before t, t excluded)
 WARMUP = 20                  # steps before a detector may count (the detectors' own warm-up is 10-20)
@@ -69,10 +74,6 @@ def ceiling(stable: list[tuple[np.ndarray, np.ndarray]], collapsing: list[tuple[
 
 def load(run, split: str | None) -> tuple[dict, list[str], dict[str, int]]:
     """({run name: steps frame}, stable names, {collapsing run: collapse step}) of the runs in ``split``."""
-    from arldiag.evaluation.evaluate import select_split
-    from arldiag.detectors import decline_of, events_of
-    from arldiag.detectors.batch import steps_frame
-
     frames, stable, collapsing = {}, [], {}
     for name in select_split(run, split):
         f = steps_frame(run, name)
@@ -123,7 +124,6 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     allows = tuple(int(x) for x in a.allow.split(","))
-    from arldiag.store.reader import open_run
 
     run = open_run(a.run if len(a.run) > 1 else a.run[0])
     frames, stable, collapsing = load(run, a.split)

@@ -10,8 +10,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from arldiag.detectors.registry import REGISTRY
 from arldiag.findings import Finding
 from arldiag.nested import flatten
+from arldiag.report.recommend import evidence_line
 from arldiag.views.series import series
 
 TOLERANT_ALGOS = ("cispo", "sapo")
@@ -66,9 +68,6 @@ def _mean(steps: pd.DataFrame, col: str | None) -> float | None:
 
 def _related(findings: Sequence[Finding], dimension: str) -> list[str]:
     """The fired findings of the detectors that declare this dimension (Detector.dimension)."""
-    from arldiag.detectors.registry import REGISTRY
-    from arldiag.report.recommend import evidence_line
-
     return [evidence_line(f) for f in findings
             if f.fired and getattr(REGISTRY.get(f.detector), "dimension", None) == dimension]
 

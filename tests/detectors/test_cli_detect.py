@@ -8,8 +8,8 @@ import pytest
 
 import arldiag
 from arldiag.cli import main
-from arldiag.detectors.label import series_collapse_index
 from arldiag.findings import findings_from_json
+from arldiag.label import series_collapse_index
 
 
 def test_detect_json_and_fail_on(synth_runs, capsys):
@@ -229,7 +229,7 @@ def test_trainer_records_injected_faults():
 def test_precursor_scan_matches_numpy():
     import pandas as pd
 
-    from arldiag.detectors.precursors import precursor_scan
+    from arldiag.evaluation.precursors import precursor_scan
 
     rng = np.random.default_rng(3)
     steps = np.arange(100)
