@@ -21,6 +21,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from arldiag._toml import loads
+
 ENV_PREFIX = "ARLDIAG_"
 CONFIG_ENV = "ARLDIAG_CONFIG"
 DEFAULT_FILE = "arldiag.toml"
@@ -208,8 +210,6 @@ def env_name(path: tuple) -> str:
 def _parse_env(text: str, default: Any) -> Any:
     if isinstance(default, str):
         return text
-    from arldiag._toml import loads
-
     try:
         return loads(f"v = {text}")["v"]
     except ValueError:
@@ -329,8 +329,6 @@ def file_aliases(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The ``[aliases]`` table of the active arldiag.toml ($ARLDIAG_CONFIG, else ./arldiag.toml), read on its own
     (standard library only: the Collector reads it inside the training process); {} without a file or table.
     A malformed file is left to ``load`` to report: here it gives {}."""
-    from arldiag._toml import loads
-
     path = config_path(env)
     if not path:
         return {}
@@ -364,8 +362,6 @@ def active() -> Settings:
 def load(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Defaults < file (``path``, else $ARLDIAG_CONFIG, else ./arldiag.toml if it exists) < environment <
     ``overrides`` (nested dicts or dotted names: ``load(**{"risk.exit_steps": 4})``, ``load(risk={...})``)."""
-    from arldiag._toml import loads
-
     env = os.environ if env is None else env
     values = defaults()
     source = None

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-import arldiag
+from arldiag.collectors.collector import Collector
 
 # the share of the break (success, valid format, length, entropy) already there at the collapse step
 BREAK_AT_C = 0.6
@@ -54,7 +54,7 @@ def write_synth(out, tokens: int, steps: int = 100, collapse_at: int | None = No
                            "ranks": ranks, "max_len": max_len, "seed": seed}
     for rank in range(ranks):
         rng = np.random.default_rng([seed, rank])
-        with arldiag.Collector(out, config=cfg, clip=(0.2, 0.28), algorithm="synthetic", rank=rank,
+        with Collector(out, config=cfg, clip=(0.2, 0.28), algorithm="synthetic", rank=rank,
                                world_size=ranks, token_sample_rate=token_sample_rate, flush_every=flush_every,
                                name=None) as col:
             for step in range(steps):

@@ -69,8 +69,10 @@ PENDING = {k: PENDING_REASON for k in (
     "arldiag.dashboards.cli:main -> arldiag.store.reader",
     "arldiag.dashboards.detectors_bridge:load -> arldiag.detectors",
     "arldiag.dashboards.detectors_bridge:_label -> arldiag.detectors",
+    "arldiag.dashboards.fleet:_default_opener -> arldiag",
     "arldiag.dashboards.fleet:_default_opener -> arldiag.store.reader",
     "arldiag.dashboards.fleet:_pending -> arldiag.store.reader",
+    "arldiag.dashboards.source:_default_opener -> arldiag",
     "arldiag.dashboards.source:_default_opener -> arldiag.store.reader",
     "arldiag.dashboards.views_sequences:resolve_default -> arldiag.dashboards.detectors_bridge",
     "arldiag.evaluation.evaluate:evaluate -> arldiag.detectors",
@@ -82,12 +84,39 @@ PENDING = {k: PENDING_REASON for k in (
     "arldiag.trainer.cli:main -> arldiag.trainer.loop",
     "arldiag.trainer.config:validate -> arldiag.stabilize",
     "arldiag.trainer.loop:make_env_factory -> arldiag.trainer.envs",
+    "arldiag.trainer.loop:open_collector -> arldiag",
     "arldiag.trainer.loop:open_collector -> arldiag.collectors.collector",
+    "arldiag.trainer.loop:open_collector -> arldiag.monitor",
     "arldiag.trainer.loop:stabilize_policy -> arldiag.settings",
     "arldiag.trainer.loop:open_stabilizer -> arldiag.settings",
     "arldiag.trainer.loop:open_stabilizer -> arldiag.stabilize",
     "arldiag.trainer.loop:open_stabilizer -> arldiag.trainer.stabilize",
     "arldiag.trainer.loop:setup_policy -> arldiag.trainer.bc",
+)}
+
+# NOT DONE (issue 39 item 3, "settings as a leaf"): settings.py reads its defaults from the code of the objects it
+# configures (the Collector's, Monitor's and channels' signatures, the detector registry, the calibrated risk, the
+# stabilizer's Limits) and builds them, while the detectors' engine and the Monitor read the active settings: a
+# cycle these function-level imports hide. Not part of the cycle and layer checks until settings is split into plain
+# data (below) and the builders (above). No new entry belongs here.
+SETTINGS_NOT_DONE_REASON = "cycle: settings reads its defaults from and builds the objects it configures"
+SETTINGS_NOT_DONE = {f"arldiag.settings:{k}": SETTINGS_NOT_DONE_REASON for k in (
+    "channels -> arldiag.alerts",
+    "channels -> arldiag.channels",
+    "defaults -> arldiag.channels",
+    "defaults -> arldiag.collectors.collector",
+    "defaults -> arldiag.detectors.registry",
+    "defaults -> arldiag.detectors.risk",
+    "defaults -> arldiag.monitor",
+    "defaults -> arldiag.stabilize",
+    "detectors -> arldiag.detectors.registry",
+    "monitor -> arldiag.monitor",
+    "render_default_file -> arldiag.detectors.registry",
+    "render_default_file -> arldiag.detectors.risk",
+    "risk -> arldiag.detectors.risk",
+    "risk_for -> arldiag.detectors.risk",
+    "stabilize_keys -> arldiag.stabilize",
+    "stabilize_limits -> arldiag.stabilize",
 )}
 
 
@@ -170,7 +199,15 @@ def imports(mods) -> list[Import]:
                             add(base, ch, f)
                 visit(ch, f)
 
-        visit(ast.parse(path.read_text(), str(path)), None)
+        tree = ast.parse(path.read_text(), str(path))
+        visit(tree, None)
+        # `import arldiag` then `arldiag.Collector(...)`: the lazy name's module is what runs
+        plain = [e for e in out if e.importer == mod and e.target == "arldiag"]
+        if plain and mod != "arldiag":
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                        node.value.id == "arldiag" and node.attr in lazy:
+                    out.append(Import(mod, lazy[node.attr], plain[0].function, plain[0].line))
     return out
 
 
@@ -287,11 +324,12 @@ def test_the_checker_finds_a_cycle_through_a_package_init_and_skips_lazy_and_typ
         "pkg/sub/c.py": "from . import d\nimport pkg.a\n",
         "pkg/sub/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.a\n"
                         "def f():\n    from pkg import a\n",
+        "pkg/sub/e.py": "import pkg.sub.b as b\n",
     })
     edges = imports(mods)
     assert {(e.importer, e.target, e.function) for e in edges} == {
         ("pkg.a", "pkg.sub.b", None), ("pkg.sub", "pkg.sub.c", None), ("pkg.sub.c", "pkg.sub.d", None),
-        ("pkg.sub.c", "pkg.a", None), ("pkg.sub.d", "pkg.a", "f")}
+        ("pkg.sub.c", "pkg.a", None), ("pkg.sub.d", "pkg.a", "f"), ("pkg.sub.e", "pkg.sub.b", None)}
     g = graph(mods, [e for e in edges if e.function is None])
     assert g["pkg.a"] == {"pkg.sub.b", "pkg.sub"}        # importing pkg.sub.b runs pkg/sub/__init__.py
     assert cycles(g) == [["pkg.a", "pkg.sub", "pkg.sub.c"]]
@@ -325,10 +363,10 @@ def test_no_import_cycle():
 
 def test_every_function_level_import_is_listed_with_its_reason():
     inside = {e.key for e in EDGES if e.function is not None}
-    unlisted = sorted(inside - set(LAZY) - set(PENDING))
+    unlisted = sorted(inside - set(LAZY) - set(PENDING) - set(SETTINGS_NOT_DONE))
     assert not unlisted, ("imports inside functions: move them to the module's head, or list them in LAZY with "
                           "the heavy dependency they keep off a light path:\n  " + "\n  ".join(unlisted))
-    stale = sorted((set(LAZY) | set(PENDING)) - inside)
+    stale = sorted((set(LAZY) | set(PENDING) | set(SETTINGS_NOT_DONE)) - inside)
     assert not stale, "allowlist entries that match no import any more:\n  " + "\n  ".join(stale)
     assert not set(LAZY) & set(PENDING)
     assert all(len(r) > 10 and "\n" not in r for r in LAZY.values())
