@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("arldiag.commands.calibrate", "fit the step-scalar alert state on labelled dev runs"),
     "report": ("arldiag.report.cli", "write a post-mortem report (html, md, json)"),
     "dashboard": ("arldiag.dashboards.cli", "serve the live Dash dashboard over a runs root"),
+    "reports": ("arldiag.commands.reports", "write the report of every run under roots (locally or on Ray)"),
+    "fleet-stats": ("arldiag.commands.fleet_stats", "token statistics across every run of a fleet (DuckDB or Ray)"),
 }
 
 
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
 # and diagnoses logs (import, detect, report --format md/json, ls, eval-detect, verify) without any of them
 EXTRAS = {"plotly": "report", "tokenizers": "report", "dash": "dashboard", "torch": "trainer",
           "transformers": "trainer", "scipy": "analysis", "tensorboard": "import", "wandb": "wandb",
-          "fsspec": "s3", "s3fs": "s3", "trl": "trl", "ray": "verl"}
+          "fsspec": "s3", "s3fs": "s3", "trl": "trl", "ray": "ray"}
 
 
 def _missing_extra(command: str, exc: ModuleNotFoundError) -> int:

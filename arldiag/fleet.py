@@ -4,6 +4,10 @@ dashboard's fleet view.
 Each row costs one replay of the run's steps through the detectors (``detectors.evaluate_run``); the verdict is
 the report's (``arldiag.verdict``) over that same replay, so a row says what `arldiag report` would say at its top:
 the word in ``verdict``, why in ``verdict_reason``. Nothing here reads the token or sequence tables, and pandas/DuckDB load only when a table is computed.
+
+A row is cached in its run folder (arldiag.fleetrun.summary_cache, keyed on the parts' names, sizes and mtimes):
+`ls` reads a cached row without opening the run, and ``run_row`` (the dashboard's fleet table) returns it without the
+replay, so an unchanged run costs one directory listing instead of one replay.
 """
 from __future__ import annotations
 
@@ -62,14 +66,49 @@ def run_row(run: Any, name: str, label: str | None = None) -> dict[str, Any]:
     ``label``: the name shown (default ``name``), e.g. the run's folder relative to the root. A run whose
     detectors cannot run gets the verdict ``error`` and the reason in ``error``, not an exception: one broken run
     does not hide the others."""
+    from arldiag.fleetrun import summary_cache
+
     manifest = dict((getattr(run, "manifests", {}) or {}).get(name) or {})
-    row = empty_row(label or name, str((getattr(run, "paths", {}) or {}).get(name, "")), manifest.get("algorithm"))
+    path = (getattr(run, "paths", {}) or {}).get(name, "")
+    # the cache holds rows of one-run folders only (a Run over several runs names each by its place among them)
+    local = bool(path) and len(getattr(run, "paths", {}) or {}) == 1 and Path(str(path), "run.json").is_file()
+    key = summary_cache.run_key(path) if local and summary_cache.enabled() else None
+    hit = summary_cache.load(path, key) if key else None
+    if hit is not None:
+        return {**hit, "name": label or name, "path": str(path)}
+    row = empty_row(label or name, str(path), manifest.get("algorithm"))
     try:
         _fill(row, run, name)
     except Exception as exc:  # noqa: BLE001 - reported in the row (a fleet view lists every run it can)
         row["verdict"], row["error"] = ERROR, f"{type(exc).__name__}: {exc}"
         row["verdict_reason"] = f"the run could not be read: {row['error']}"
+    else:
+        if key and summary_cache.run_key(path) == key:  # unchanged while it was replayed (a run being written)
+            summary_cache.store(path, row, key)
     return row
+
+
+def path_row(path: str | os.PathLike, label: str) -> tuple[dict[str, Any], Exception | None]:
+    """The fleet row of the run folder or URL ``path`` shown as ``label``: the cached row when the run did not
+    change (without opening it), else one replay (``run_row``). A run that cannot be opened is an ``error`` row;
+    the exception comes back beside it so a caller can tell "every run is broken" from "one is"."""
+    from arldiag.fleetrun import summary_cache
+    from arldiag.store.reader import open_run
+
+    hit = summary_cache.load(path)
+    if hit is not None:
+        return {**hit, "name": label, "path": str(path)}, None
+    try:
+        one = open_run(path)
+    except (OSError, ValueError) as exc:  # e.g. a broken run.json: the other runs are still listed
+        row = empty_row(label, str(path))
+        row.update(verdict=ERROR, error=f"{type(exc).__name__}: {exc}", steps=None)
+        row["verdict_reason"] = f"the run could not be opened: {row['error']}"
+        return row, exc
+    try:
+        return run_row(one, one.names[0], label), None
+    finally:
+        one.close()
 
 
 def _fill(row: dict[str, Any], run: Any, name: str) -> None:
@@ -107,28 +146,20 @@ def fleet_table(root: str | os.PathLike, run: Any = None) -> list[dict[str, Any]
     broken run.json) is a row with the verdict ``error`` while another run opens; when none does, its error is
     raised, as for a path that is neither a run nor holds one (FileNotFoundError). ``run``: an already open Run to
     take the rows from instead."""
-    from arldiag.store.reader import open_run, resolve_run_dirs
+    from arldiag.store.location import is_url
 
-    root = Path(root)
     if run is not None:
+        root = Path(root)
         rows = [run_row(run, n, _label(root, run.paths.get(n), n)) for n in run.names]
         return sorted(rows, key=lambda r: r["name"])
+    from arldiag.fleetrun.locate import locate_runs
+
     rows, failed = [], []
-    for d in resolve_run_dirs([root]):
-        label = _label(root, d, Path(d).name)
-        try:
-            one = open_run(d)
-        except (OSError, ValueError) as exc:  # e.g. a broken run.json: the other runs are still listed
+    for ref in locate_runs([str(root) if is_url(root) else root]):
+        row, exc = path_row(ref.path, ref.label)
+        rows.append(row)
+        if exc is not None:
             failed.append(exc)
-            row = empty_row(label, str(d))
-            row.update(verdict=ERROR, error=f"{type(exc).__name__}: {exc}", steps=None)
-            row["verdict_reason"] = f"the run could not be opened: {row['error']}"
-            rows.append(row)
-            continue
-        try:
-            rows.append(run_row(one, one.names[0], label))
-        finally:
-            one.close()
     if failed and len(failed) == len(rows):
         raise failed[0]
     return sorted(rows, key=lambda r: r["name"])

@@ -32,6 +32,17 @@ COLLAPSED, DECLINED, AT_RISK, HEALTHY, NO_SIGNAL, TOO_SHORT = (
     "collapsed", "declined", "at risk", "healthy", "no signal", "too short")
 # every verdict word, least to most alarming (a fleet view sorts by this); "error" is a fleet row that failed
 VERDICTS = (HEALTHY, TOO_SHORT, NO_SIGNAL, AT_RISK, DECLINED, COLLAPSED)
+# Which run needs a look first (the dashboard opens on the worst run, its fleet table sorts by this): a collapse is
+# over, a run at risk can still be saved, a declined run never learned; the three that say nothing bad come last.
+WORST_FIRST = (COLLAPSED, AT_RISK, DECLINED, NO_SIGNAL, TOO_SHORT, HEALTHY)
+
+
+def verdict_rank(word: str | None) -> int:
+    """How alarming a verdict word is: 0 for healthy up to len(WORST_FIRST) - 1 for collapsed; -1 for anything
+    else (no verdict yet, a fleet row's "error")."""
+    return len(WORST_FIRST) - 1 - WORST_FIRST.index(word) if word in WORST_FIRST else -1
+
+
 # A run is "at risk" while its alert state is at warning or above, and for this many (optimizer) steps after it
 # fell back: the alert state leaves warning through hysteresis (RiskConfig.exit), so a run that just dipped under it
 # is not yet healthy. 20 steps = 4 logged points of a TRL run logged every 5 steps, 20 of a run logged every step.

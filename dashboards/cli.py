@@ -21,25 +21,24 @@ def main(args: argparse.Namespace) -> int:
     from arldiag.dashboards.app import create_app
     from arldiag.dashboards.security import is_loopback, new_token
 
-    from arldiag.dashboards.source import discover_runs
+    from arldiag.dashboards.source import MAX_DEPTH, discover_runs
     from arldiag.store.reader import read_manifest
 
-    if not args.root.is_dir():
-        what = "does not exist" if not args.root.exists() else "is a file, not a folder of runs"
-        print(f"arldiag dashboard: error: {args.root} {what}", file=sys.stderr)
+    if args.root.exists() and not args.root.is_dir():
+        print(f"arldiag dashboard: error: {args.root} is a file, not a folder of runs", file=sys.stderr)
         return 2
     names = discover_runs(args.root)
-    if not names:
-        print(f"arldiag dashboard: error: {args.root} holds no run (no run.json found up to 3 levels down)",
-              file=sys.stderr)
-        return 2
+    if not names:  # started before the trainer: the page waits and picks the runs up as they are written
+        what = "does not exist yet" if not args.root.exists() else "holds no run yet"
+        print(f"arldiag dashboard: {args.root} {what}: waiting for runs under {args.root.resolve()} (a folder "
+              f"with a run.json, up to {MAX_DEPTH} levels down)", file=sys.stderr, flush=True)
     broken = []
     for n in names:  # a broken run.json is named now, not as an HTTP 500 later
         try:
             read_manifest(args.root / n)
         except ValueError as exc:
             broken.append(str(exc))
-    if len(broken) == len(names):
+    if names and len(broken) == len(names):
         print(f"arldiag dashboard: error: no readable run under {args.root}: {broken[0]}", file=sys.stderr)
         return 2
     for msg in broken:

@@ -22,12 +22,14 @@ from arldiag.dashboards.security import resolve_run
 from arldiag.dashboards.source import RunSource, run_signature
 from arldiag.fleet import COLUMNS, ERROR, NUMERIC, cell_text, empty_row, run_row
 from arldiag.levels import LEVELS, rank
+from arldiag.verdict import WORST_FIRST, verdict_rank
 
 PENDING = "computing…"  # the verdict cell of a row not computed yet
 # sort order of the categorical columns: by severity, not alphabetically
+# (the verdict's order is arldiag.verdict.WORST_FIRST, the one the run view's default selection uses; a row that
+# could not be read sorts above every verdict)
 RANKS = {"state": {s: rank(s) for s in LEVELS},
-         "verdict": {"too short": 0, "no signal": 0, "healthy": 1, "at risk": 2, "declined": 3, "collapsed": 4,
-                     "error": 5}}
+         "verdict": {**{w: verdict_rank(w) for w in WORST_FIRST}, "error": len(WORST_FIRST)}}
 # cell backgrounds by state / verdict: light tints (no saturated red: the overview's collapse line is the page's red)
 TINTS = {"watch": "#fff6cc", "warning": "#ffe2bf", "critical": "#fbd3d3", "at risk": "#ffe2bf",
          "collapsed": "#fbd3d3", "declined": "#f3dcf3", "healthy": "#dcf2dc", "error": "#e6e6e6"}
@@ -96,6 +98,11 @@ class FleetRows:
         """The rows, in the source's order (most recently written first)."""
         rows = dict(self._rows)  # a copy: another request may be refreshing
         return [rows[n][1] for n in list(self._names) if n in rows]
+
+    def row(self, name: str) -> dict | None:
+        """The row of run ``name`` (the name the browser sends), None before it was listed."""
+        got = dict(self._rows).get(name)
+        return None if got is None else got[1]
 
     def pending(self) -> int:
         return sum(1 for sig, _ in dict(self._rows).values() if sig is None)
@@ -272,7 +279,8 @@ def register(app, source: RunSource, fleet: FleetRows) -> None:
         sort = sort or DEFAULT_SORT
         return {"col": col, "desc": (not sort.get("desc")) if sort.get("col") == col else False}
 
-    @app.callback(Output("run-select", "value"), Output("tabs", "value", allow_duplicate=True),
+    # allow_duplicate: the run view's default selection (callbacks.register_selection) sets the run as well
+    @app.callback(Output("run-select", "value", allow_duplicate=True), Output("tabs", "value", allow_duplicate=True),
                   Input({"type": "fleet-row", "index": ALL}, "n_clicks"), prevent_initial_call=True)
     def open_run(_clicks):
         # fires also when the rows are rebuilt (every n_clicks 0): only a real click opens a run

@@ -12,6 +12,9 @@ TABS = [("overview", "Overview"), ("ratios", "IS ratios & clipping"), ("kl", "KL
         ("alerts", "Alert timeline"), ("sequences", "Sequence explorer")]
 GRAPH_CONFIG = {"displaylogo": False}
 HIDDEN, SHOWN = {"display": "none"}, {"display": "block"}
+# the run view's verdict line (its background: the verdict's tint, dashboards.fleet.TINTS)
+BANNER_STYLE = {"padding": "6px 10px", "margin": "4px 0", "borderRadius": "4px", "background": "#f4f4f4",
+                "fontSize": "14px"}
 
 
 def _graph(gid: str) -> dcc.Graph:
@@ -21,21 +24,26 @@ def _graph(gid: str) -> dcc.Graph:
 def build_layout(source: RunSource, refresh_ms: int = 2000) -> html.Div:
     names = source.names(rescan=True)
     root_name = source.root.name or str(source.root)
+    status = f"{len(names)} run(s) under {root_name}" if names else f"waiting for runs under {source.root}"
     return html.Div(className="page", children=[
+        dcc.Location(id="url", refresh=False),  # ?run=NAME selects the run (callbacks.register_selection)
         # the page opens on the fleet: every run under the root; a click on a row opens it in the views below
         fleet.section(root_name, lead=html.H3("arldiag", style={"margin": "4px 0"})),
         html.Div(className="header", id="run-header", children=[
             html.B("run"),
-            # one run by default (the most recently written: names are newest first); comparing is a choice
+            # one run: the URL's ?run=NAME, else the worst run once the fleet's verdicts are in (filled by
+            # callbacks.register_selection, never the newest by default); comparing is a choice
             dcc.Dropdown(id="run-select", options=[{"label": n, "value": n} for n in names],
-                         value=names[0] if names else None, multi=False, clearable=False,
+                         value=None, multi=False, clearable=False,
                          placeholder="pick a run", className="runs"),
             dcc.Dropdown(id="compare-select", options=[{"label": n, "value": n} for n in names], value=[],
                          multi=True, placeholder="compare with...", className="runs compare"),
-            html.Span(id="status", className="muted",
-                      children=f"{len(names)} run(s) under {root_name}"),
+            html.Span(id="status", className="muted", children=status),
         ]),
-        dcc.Store(id="selected-runs", data=names[:1]),
+        html.Div(id="url-note", className="notice"),
+        html.Div(id="run-verdict", style=BANNER_STYLE),  # the run's verdict: the fleet row's word and reason
+        dcc.Store(id="selected-runs", data=[]),
+        dcc.Store(id="url-synced"),
         dcc.Tabs(id="tabs", value="overview", children=[dcc.Tab(label=label, value=v) for v, label in TABS]),
         html.Div(id="view-overview", children=[html.Div(id="overview-note", className="muted"),
                                                _graph("g-overview")]),

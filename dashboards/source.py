@@ -35,8 +35,10 @@ class RunSource:
 
     def __init__(self, root: Path | str, cache_size: int = 64, opener: Callable[[Path], Any] | None = None):
         root = Path(root)
-        if not root.is_dir():
-            raise ValueError(f"root must be an existing directory, got {str(root)!r}")
+        # a root that does not exist yet is fine: the dashboard is started before the trainer writes its first run
+        # (every scan then finds no run until it appears); a file is never a root of runs
+        if root.exists() and not root.is_dir():
+            raise ValueError(f"root must be a directory of runs, got the file {str(root)!r}")
         self.root = root.resolve()
         self.cache_size = cache_size
         self._opener = opener

@@ -5,7 +5,7 @@ from typing import Any, Sequence
 
 from dash import html
 
-from arldiag.dashboards import detectors_bridge, figures, queries
+from arldiag.dashboards import detectors_bridge, figures, queries, views_sequences
 from arldiag.dashboards.source import RunSource
 from arldiag.findings import severity_rank
 
@@ -25,12 +25,19 @@ def render_alerts(source: RunSource, runs: Sequence[str]) -> tuple[Any, list, li
     acted = source.cached(runs[0], ("actions",), queries.actions)
     fig = figures.timeline_figure(timelines, actions=acted)
     found, reason = source.cached(runs[0], ("findings",), detectors_bridge.findings)
-    cards = finding_cards(found, reason or (notes[0] if notes else ""))
+    # "inspect step" opens the sequence explorer: a run without sequence rows gets no button but one line saying why
+    explorer = views_sequences.has_sequences(source, runs[0])
+    cards = finding_cards(found, reason or (notes[0] if notes else ""), explorer=explorer)
+    if not explorer and any(f.get("status") == "fired" for f in found):
+        cards.insert(0, html.Div(views_sequences.no_sequences_text(runs[0]), className="muted",
+                                 id="no-explorer-note"))
     stored = source.cached(runs[0], ("alerts",), queries.alerts)
     return fig, cards, alert_rows(stored) + action_rows(acted)
 
 
-def finding_cards(found: list[dict], reason: str = "") -> list:
+def finding_cards(found: list[dict], reason: str = "", explorer: bool = True) -> list:
+    """One card per fired finding (most severe first), then the quiet ones folded; ``explorer``: whether each card
+    gets an "inspect step" button (False for a run without sequence rows)."""
     if reason and not found:
         return [html.Div(reason, className="notice", id="detectors-note")]
     fired = sorted((f for f in found if f.get("status") == "fired"),
@@ -39,7 +46,7 @@ def finding_cards(found: list[dict], reason: str = "") -> list:
     cards: list = []
     if not fired:
         cards.append(html.Div("No detector fired.", className="notice"))
-    cards.extend(_card(f) for f in fired)
+    cards.extend(_card(f, explorer) for f in fired)
     if others:
         cards.append(html.Details([
             html.Summary(f"{len(others)} quiet or skipped detector(s)"),
@@ -49,12 +56,12 @@ def finding_cards(found: list[dict], reason: str = "") -> list:
     return cards
 
 
-def _card(f: dict) -> Any:
+def _card(f: dict, explorer: bool = True) -> Any:
     """One fired finding: severity, title, first step (with a button opening the explorer there), explanation,
     recommendation and the evidence (folded)."""
     sev = f.get("severity", "info")
     steps = f.get("steps") or []
-    goto = [] if f.get("first_step") is None else [html.Button(
+    goto = [] if f.get("first_step") is None or not explorer else [html.Button(
         f"inspect step {f['first_step']}", className="goto", n_clicks=0,
         id={"type": "goto-step", "index": int(f["first_step"])})]
     head = html.Div([html.Span(sev.upper(), className="sev", style={"color": SEVERITY_COLORS.get(sev)}),

@@ -9,6 +9,7 @@ from dash import html
 
 from arldiag.dashboards import figures, queries
 from arldiag.dashboards.source import RunSource
+from arldiag.views._sql import table_rows
 
 TABLE_COLUMNS = [  # (id, header, format digits or None)
     ("sample_id", "sample", None), ("update", "update", None), ("rank", "rank", None), ("group_id", "group", None),
@@ -59,6 +60,17 @@ def resolve_default(source: RunSource, name: str, step: Any) -> tuple[int | None
         return last, "last step with non-zero advantages"
     _, hi, _ = source.cached(name, ("step_range",), queries.step_range)
     return hi, "latest"
+
+
+def has_sequences(source: RunSource, name: str) -> bool:
+    """Whether the run holds sequence rows (record_rollout / record_update); an imported log holds step metrics only,
+    so the explorer has nothing to show for it."""
+    return source.cached(name, ("has_sequences",), lambda run: table_rows(run, "sequences") > 0)
+
+
+def no_sequences_text(name: str) -> str:
+    return (f"{name} has no sequence rows to inspect: it holds step metrics only (an imported log, a trainer "
+            "that calls only record_step) or its sequence files could not be read.")
 
 
 def render_table(source: RunSource, name: str, step: Any, by: str) -> tuple[list[dict], str]:

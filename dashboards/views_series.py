@@ -3,8 +3,10 @@ functions the callbacks call (also called directly by the speed benchmark). The 
 arldiag.views.catalog."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
+import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 
 from arldiag.dashboards import detectors_bridge, figures, queries
@@ -15,12 +17,41 @@ from arldiag.views.heatmap import ratio_heatmap
 MAX_POINTS = 1000  # points per series after bucketing; plenty for a ~1000 px wide chart
 
 PANELS = DASHBOARD_PANELS  # view -> [(panel title, step columns)], the score panel first
+# The score panel draws one success line and one evaluation line per run: arldiag's own runs log the batch success
+# twice (success_rate from the trainer, success_frac derived from the rollouts: equal up to rounding, drawn on top
+# of each other they read as one line with a doubled legend), and a run's task_score copies one of them or stands in
+# for them. The evaluation score (greedy eval every few steps, or a logged validation score) is its own line.
+SUCCESS_COLUMNS = ("success_rate", "success_frac", "task_score")
+EVAL_COLUMNS = ("eval_success", "val_score")
 
 
 def series(source: RunSource, runs: Sequence[str], view: str, max_points: int = MAX_POINTS) -> dict:
-    metrics = metrics_of(view)
+    metrics = list(dict.fromkeys(metrics_of(view) + (list(EVAL_COLUMNS) if SCORE_PANEL in PANELS[view] else [])))
     return {name: source.cached(name, ("series", view, max_points),
                                 lambda run: queries.step_series(run, metrics, max_points)) for name in runs}
+
+
+def _first_with_data(df: pd.DataFrame, candidates: Sequence[str]) -> str | None:
+    return next((c for c in candidates if c in df and np.isfinite(df[c].to_numpy(float)).any()), None)
+
+
+def score_lines(data: Mapping[str, pd.DataFrame]) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """(frames, score panel columns): in each run's frame only its first success column with data and its first
+    evaluation column with data keep their values (the other candidates become NaN); the panel lists the columns
+    kept in any run, in the candidates' order."""
+    out, kept = {}, set()
+    for name, df in data.items():
+        keep = {c for c in (_first_with_data(df, SUCCESS_COLUMNS), _first_with_data(df, EVAL_COLUMNS)) if c}
+        drop = [c for c in SUCCESS_COLUMNS + EVAL_COLUMNS if c in df and c not in keep]
+        out[name] = df.assign(**{c: np.nan for c in drop}) if drop else df
+        kept |= keep
+    return out, [c for c in SUCCESS_COLUMNS + EVAL_COLUMNS if c in kept]
+
+
+def view_panels(view: str, score_columns: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """The panels of ``view`` with the score panel narrowed to ``score_columns`` (score_lines)."""
+    return [(title, list(score_columns)) if (title, cols) == SCORE_PANEL else (title, cols)
+            for title, cols in PANELS[view]]
 
 
 def bands(source: RunSource, name: str) -> tuple[list[tuple[int, int, str]], str]:
@@ -43,7 +74,7 @@ def render_panels(source: RunSource, runs: Sequence[str], view: str, with_bands:
     compare mode), the collapse (or decline) step of each run as a vertical line."""
     if not runs:
         return figures.message_figure("no run selected"), ""
-    data = series(source, runs, view)
+    data, score_columns = score_lines(series(source, runs, view))
     segs, notes = {}, []
     for name in runs if with_bands else []:
         segs[name], note = bands(source, name)
@@ -59,7 +90,7 @@ def render_panels(source: RunSource, runs: Sequence[str], view: str, with_bands:
                  else "shaded: each run's alert state in the run's colour (darker: more severe)")
     collapse = {name: collapse_step(source, name) for name in runs}
     decline = {name: decline_step(source, name) for name in runs}
-    return figures.panel_figure(data, PANELS[view], bands=segs, title=title, collapse=collapse,
+    return figures.panel_figure(data, view_panels(view, score_columns), bands=segs, title=title, collapse=collapse,
                                 decline=decline), note
 
 

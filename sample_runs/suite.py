@@ -1,12 +1,17 @@
 """The seeded sample-run suite of the reference trainer: one shared setting, several algorithms, seeds 0-4.
 
     python sample_runs/suite.py list                      # one command per run (copy one to regenerate that run)
+    python sample_runs/suite.py run --unpinned grpo_s0    # without pinned numerics (faster; the bits vary by machine)
     python sample_runs/suite.py run grpo_s0 cispo_s3      # regenerate some runs
     python sample_runs/suite.py all [--jobs 2]            # regenerate every run, then print their table
     python sample_runs/suite.py table [--out DIR]         # print the table of the runs in DIR (default sample_runs/)
     python sample_runs/suite.py table --write [--out DIR] # ... and write it into sample_runs/README.md
     python sample_runs/suite.py all --set stress --out DIR  # the harsher CISPO set (lr 2.5e-4), with and without
                                                           # --auto-stabilize
+
+Every command is pinned (`arldiag train --reproducible`: one thread, baseline x86-64 kernels in torch, MKL and
+oneDNN, deterministic algorithms; arldiag/trainer/numerics.py) unless ``--unpinned`` is given: a committed run that
+run.json marks pinned (config.numerics.pinned) is what its command gives on any x86-64 machine with the same torch.
 
 Training never edits the project's files: the committed tables of sample_runs/README.md change only with
 ``table --write``. The lag set's tables are built from committed per-run summaries (sample_runs/summaries/lag/), so a
@@ -108,27 +113,30 @@ SETS = {"stress": (STRESS, STRESS_RUNS, "stress-table"), "lag": (LAG, LAG_RUNS, 
         "levers": (LEVERS, LEVER_RUNS, "levers-table")}
 
 
-def set_runs(seeds: tuple[int, ...] = SEEDS, which: str = "stress") -> dict[str, list[str]]:
+def set_runs(seeds: tuple[int, ...] = SEEDS, which: str = "stress", pinned: bool = True) -> dict[str, list[str]]:
     """run name -> the `arldiag train` argument list of one of the SETS (`stress` or `lag`; seed-major, like
     runs())."""
     setting, table, _ = SETS[which]
-    return {f"{base}_s{seed}": train_args(f"{base}_s{seed}", algo, {**setting, **extra, "seed": seed})
+    return {f"{base}_s{seed}": train_args(f"{base}_s{seed}", algo, {**setting, **extra, "seed": seed}, pinned=pinned)
             for seed in seeds for base, (algo, extra) in table.items()}
 
 
-def runs(seeds: tuple[int, ...] = SEEDS) -> dict[str, list[str]]:
+def runs(seeds: tuple[int, ...] = SEEDS, pinned: bool = True) -> dict[str, list[str]]:
     """run name -> the `arldiag train` argument list that produces it."""
     out: dict[str, list[str]] = {}
     for seed in seeds:  # seed-major: a partial regeneration covers every algorithm first
         for base, (algo, extra) in ALGORITHM_RUNS.items():
             name = f"{base}_s{seed}"
-            out[name] = train_args(name, algo, {**SETTING, **extra, "seed": seed})
+            out[name] = train_args(name, algo, {**SETTING, **extra, "seed": seed}, pinned=pinned)
     for name, (algo, options) in EXTRA_RUNS.items():
-        out[name] = train_args(name, algo, options)
+        out[name] = train_args(name, algo, options, pinned=pinned)
     return out
 
 
-def train_args(name: str, algo: str, options: dict, root: str = "sample_runs") -> list[str]:
+def train_args(name: str, algo: str, options: dict, root: str = "sample_runs", pinned: bool = True) -> list[str]:
+    """The `arldiag train` command of one run; pinned (the default): with `--reproducible`, the numerics every
+    x86-64 machine reproduces bit for bit (arldiag/trainer/numerics.py), so a committed run is what its command
+    gives anywhere."""
     args = ["arldiag", "train", "--algo", algo, "--out", f"{root}/{name}", "--name", name]
     for key, value in options.items():
         flag = "--" + key.replace("_", "-")
@@ -138,7 +146,7 @@ def train_args(name: str, algo: str, options: dict, root: str = "sample_runs") -
             args.append("--no-" + key.replace("_", "-"))
         else:
             args += [flag, str(value)]
-    return args
+    return args + ["--reproducible"] if pinned else args
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
@@ -182,9 +190,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--seeds", type=parse_seeds, default=SEEDS,
                    help="seeds, e.g. 0-4 (default) or 5-14: every fifth-block repeats the split, seeds 5k..5k+2 dev "
                         "and 5k+3..5k+4 held out")
+    p.add_argument("--unpinned", action="store_true",
+                   help="train without --reproducible: faster, but the machine's own kernels and threads decide the "
+                        "last bits, and a chaotic run can end differently on another machine (issue 37)")
     # intermixed: run names may follow the options (`run --set stress --seeds 5-9 NAME ...`)
     a = p.parse_intermixed_args(argv)
-    table = runs(a.seeds) if a.set == "suite" else set_runs(a.seeds, a.set)
+    table = runs(a.seeds, not a.unpinned) if a.set == "suite" else set_runs(a.seeds, a.set, not a.unpinned)
     block = "suite-table" if a.set == "suite" else SETS[a.set][2]
     if a.what == "list":
         for name, args in table.items():

@@ -13,6 +13,7 @@ at least 0.15 above the start) and how many collapsed after step 40.
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -70,6 +71,9 @@ def summarize(run_dir: Path) -> dict:
                 wall_min=int(wall.group(1)) / 60 if wall else float("nan"),
                 # for the comparison tables (summaries/): the warm start, the always-on corrections, the curve
                 decline=decline, warm_start=cfg.get("warm_start"), nalis_delta=cfg.get("nalis_delta"),
+                # pinned numerics (`--reproducible`, run.json config.numerics): the row retrains bit for bit anywhere
+                pinned=bool((cfg.get("numerics") or {}).get("pinned")),
+                numerics=(cfg.get("numerics") or {}).get("fingerprint"),
                 opsm_delta=cfg.get("opsm_delta"), tis_cap=cfg.get("tis_cap"),
                 eval_steps=[int(x) for x in ev_steps], eval_success=[round(float(x), 6) for x in ev])
 
@@ -93,6 +97,60 @@ def stress_pairs(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def median_interval(values: list[float], level: float = 0.9) -> tuple[float, float, float]:
+    """A distribution-free interval for the median over seeds: the k-th smallest and k-th largest value, k as large as
+    keeps P(x_(k) <= median <= x_(n+1-k)) = 1 - 2 P(Binomial(n, 1/2) <= k - 1) at ``level`` or above (k = 1 when even
+    the full range falls short). Returns (low, high, that probability)."""
+    xs = sorted(values)
+    n = len(xs)
+    coverage = lambda k: 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2 ** n  # noqa: E731
+    k = 1
+    while k + 1 <= n // 2 and coverage(k + 1) >= level:
+        k += 1
+    return xs[k - 1], xs[n - k], coverage(k) if n else float("nan")
+
+
+def fmt_median(values: list[float], signed: bool = False) -> str:
+    """"median [low, high]" over seeds (median_interval); one seed: the value alone."""
+    spec = "+.2f" if signed else ".2f"
+    mid = format(float(np.median(values)), spec)
+    if len(values) < 2:
+        return mid
+    lo, hi, _ = median_interval(values)
+    return f"{mid} [{format(lo, spec)}, {format(hi, spec)}]"
+
+
+def interval_note(counts: list[int]) -> str:
+    """The generated line under a table with median intervals: which order statistics, with what probability."""
+    parts = []
+    for n in sorted(set(c for c in counts if c >= 2)):
+        lo, hi, cov = median_interval(list(range(n)))
+        which = "smallest and largest" if lo == 0 else f"{_ordinal(int(lo) + 1)} smallest and {_ordinal(int(lo) + 1)} largest"
+        parts.append(f"{n} seeds: the {which}, {100 * cov:.1f} %")
+    return ("Medians over seeds with [an interval]: order statistics that hold the median of the seeds' distribution "
+            "with at least 90 % probability where the seeds allow it, whatever that distribution (" + "; ".join(parts)
+            + ").") if parts else ""
+
+
+def _ordinal(k: int) -> str:
+    return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
+
+
+def pinned_line(rows: list[dict]) -> str:
+    """Rows pinned: how many of a table's rows ran with pinned numerics (`--reproducible`), so a reader knows which
+    per-seed rows another machine reproduces bit for bit and which only as a set figure."""
+    pinned = [r["name"] for r in rows if r.get("pinned")]
+    n = len(rows)
+    if not pinned:
+        return (f"Rows pinned: none of {n} (trained before pinned numerics, on that machine's own kernels: a chaotic run "
+                "can end differently on another machine; read per-seed rows as one draw and the counts and medians "
+                "as the result).")
+    if len(pinned) == n:
+        return f"Rows pinned: all {n} (`--reproducible`: the same bits on any x86-64 machine with the same torch)."
+    return (f"Rows pinned: {len(pinned)} of {n} ({', '.join(pinned)}: the same bits on any x86-64 machine with the "
+            "same torch); the others ran on their machine's own kernels, one draw per seed.")
+
+
 def fmt(x, spec=".2f"):
     if x is None:
         return "none"
@@ -102,7 +160,7 @@ def fmt(x, spec=".2f"):
 
 
 def tables(rows: list[dict]) -> str:
-    out = ["| run | split | BC start | peak (step) | final | collapse step | valid format, last 10 | max KL to ref "
+    out = [pinned_line(rows), "", "| run | split | BC start | peak (step) | final | collapse step | valid format, last 10 | max KL to ref "
            "| peak neg-adv low-IS frac | its peak KL share | frac > 0 this many steps before collapse | wall (min) |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -123,8 +181,9 @@ def tables(rows: list[dict]) -> str:
         early = f"{early} ({unknown} unknown)" if unknown else early
         late = sum(r["collapse"] is not None and r["collapse"] > LATE_COLLAPSE for r in rs)
         anyc = sum(r["collapse"] is not None for r in rs)
-        out.append(f"| {name} | {len(rs)} | {learned} | {early} | {late} | {anyc} | {fmt(float(np.median([r['peak'] for r in rs])))} "
-                   f"| {fmt(float(np.median([r['final'] for r in rs])))} |")
+        out.append(f"| {name} | {len(rs)} | {learned} | {early} | {late} | {anyc} | {fmt_median([r['peak'] for r in rs])} "
+                   f"| {fmt_median([r['final'] for r in rs])} |")
+    out += ["", interval_note([len(rs) for rs in groups.values()])]
     pairs = stress_pairs(rows)
     if pairs.count("\n") > 1:
         out += ["", pairs]
@@ -268,22 +327,26 @@ def arm_table(rows: list[dict], arms: tuple[tuple[str, str], ...], split: str | 
     plain_seeds = sorted(s for stem, s in by if stem == plain)
     if not plain_seeds:
         return "(no held-out plain run trained from the shipped warm start yet)"
-    out = ["| arm | seeds | collapsed | declined | median peak | median final | final - plain's final, median "
+    shown = [by[(stem, s)] for stem, _ in arms for s in plain_seeds if (stem, s) in by]
+    out = [pinned_line(shown), "", "| arm | seeds | collapsed | declined | median peak | median final | final - plain's final, median "
            "| steps to reach plain's peak: median (never) | actions of the loop (seed: step action) |",
            "|---|---|---|---|---|---|---|---|---|"]
+    counts = []
     for stem, label in arms:
         rs = [by[(stem, s)] for s in plain_seeds if (stem, s) in by]
         if not rs:
             continue
+        counts.append(len(rs))
         reach = [reach_step(r, by[(plain, r["seed"])]["peak"]) for r in rs]
         got = [x for x in reach if x is not None]
         diff = [r["final"] - by[(plain, r["seed"])]["final"] for r in rs]
         acts = "; ".join(f"{r['seed']}: " + ", ".join(f"{s} {a}" for s, a in r["actions"]) for r in rs if r["actions"])
         out.append(f"| {label} | {len(rs)} | {sum(r['collapse'] is not None for r in rs)} "
-                   f"| {sum(r.get('decline') is not None for r in rs)} | {fmt(float(np.median([r['peak'] for r in rs])))} "
-                   f"| {fmt(float(np.median([r['final'] for r in rs])))} | {float(np.median(diff)):+.2f} "
+                   f"| {sum(r.get('decline') is not None for r in rs)} | {fmt_median([r['peak'] for r in rs])} "
+                   f"| {fmt_median([r['final'] for r in rs])} | {fmt_median(diff, signed=True)} "
                    f"| {fmt(float(np.median(got)), '.0f') if got else '-'} ({len(reach) - len(got)}) "
                    f"| {acts or ('none' if rs[0].get('auto') else '')} |")
+    out += ["", interval_note(counts)]
     words = _reading(by, plain_seeds) if reading else []
     stems = [stem for stem, _ in arms if any((stem, s) in by for s in plain_seeds)]
     out += ["", "| seed | " + " | ".join(dict(arms)[s] for s in stems) + " |",

@@ -1,8 +1,14 @@
 """`arldiag detect RUN [--json] [--fail-on warning|critical]`: run the collapse detectors over a run store.
 
 Exit code 1 when --fail-on is given and a fired finding reaches that severity (for CI), 0 otherwise.
+
+With ``--engine local|ray`` (or $ARLDIAG_ENGINE) each run is analysed by its own task (arldiag.fleetrun), here or
+on Ray, and the findings join into the same output; a run that cannot be read is named on stderr (and under
+``errors`` in the JSON) while the others are still analysed.
 """
 from __future__ import annotations
+
+import sys
 
 from arldiag.findings import level_steps, order_findings, severity_rank
 from arldiag.levels import ALERTING, SEVERITIES
@@ -16,25 +22,58 @@ def add_arguments(p) -> None:
                    help="exit with code 1 when a finding reaches this severity")
     p.add_argument("--detectors", default=None, help="comma-separated detector names (default: all)")
     p.add_argument("--all", action="store_true", help="also list quiet and skipped detectors in the text output")
+    from arldiag.fleetrun.engine import add_engine_argument
+
+    add_engine_argument(p)
 
 
 def main(args) -> int:
-    from arldiag.detectors import analyse
-    from arldiag.findings import findings_to_json
-    from arldiag.store.reader import open_run
+    import os
 
-    run = open_run(args.run if len(args.run) > 1 else args.run[0])
+    from arldiag.findings import findings_to_json
+
     names = [n.strip() for n in args.detectors.split(",") if n.strip()] if args.detectors else None
-    findings, _, timeline = analyse(run, names)  # one replay per run for the findings and the alert states
-    if args.json:
-        print(findings_to_json(findings, runs=run.names))
+    if getattr(args, "engine", None) or os.environ.get("ARLDIAG_ENGINE"):
+        findings, run_names, timeline, errors = fleet_detect(args.run, names, args.engine, not args.no_progress)
     else:
-        _print_text(findings, run.names, args.all, timeline)
+        from arldiag.detectors import analyse
+        from arldiag.store.reader import open_run
+
+        run = open_run(args.run if len(args.run) > 1 else args.run[0])
+        findings, _, timeline = analyse(run, names)  # one replay per run for the findings and the alert states
+        run_names, errors = run.names, {}
+    if args.json:
+        print(findings_to_json(findings, runs=run_names, **({"errors": errors} if errors else {})))
+    else:
+        _print_text(findings, [n for n in run_names if n not in errors], args.all, timeline)
+    for name, err in errors.items():
+        print(f"arldiag detect: warning: run {name} could not be analysed: {err}", file=sys.stderr)
     if args.fail_on:
         worst = max((severity_rank(f.severity) for f in findings if f.fired), default=-1)
         if worst >= severity_rank(args.fail_on):
             return 1
     return 0
+
+
+def fleet_detect(roots, detectors, engine: str | None, progress: bool = True):
+    """(findings, run names, alert timeline, {run: error}) of every run under ``roots``, one task per run on the
+    engine; the same findings, names and timeline as one ``analyse`` over ``open_run(roots)``."""
+    import pandas as pd
+
+    from arldiag.fleetrun.engine import run_all
+    from arldiag.fleetrun.locate import locate_runs
+    from arldiag.fleetrun.tasks import call, detect_error
+
+    refs = locate_runs(roots)
+    res = run_all(call("detect_result", detectors), refs, engine, on_error=detect_error,
+                  progress=progress and sys.stderr.isatty(), desc="detect")
+    errors = {r["name"]: r["error"] for r in res if r["error"]}
+    if errors and len(errors) == len(res):
+        name, err = next(iter(errors.items()))
+        raise ValueError(f"no run could be analysed: {name}: {err}")
+    findings = [f for r in res for f in r["findings"]]
+    timeline = pd.DataFrame([t for r in res for t in r["timeline"]], columns=["run", "step", "risk", "state", "top"])
+    return findings, [r.name for r in refs], timeline, errors
 
 
 # ANSI colours of the severities (the report's palette): only on a terminal, and never with NO_COLOR set

@@ -11,6 +11,9 @@ A run that does not collapse but plants faults on purpose (run.json ``config.inj
 written by the reference trainer for --rollout-dtype and --retokenize) is a *fault* run, not a stable one: it passes
 when every planted detector reached warning, and its episodes led by any other detector count as false alarms.
 ``--split dev|heldout`` keeps the runs whose run.json says so (``config.split``, or a top-level ``split``).
+With ``--engine local|ray`` (or $ARLDIAG_ENGINE) each run is scored by its own task (arldiag.fleetrun), here or on
+Ray, and the summary is computed over the joined rows; a run that cannot be read is left out of the summary and
+listed under ``errors``.
 """
 from __future__ import annotations
 
@@ -43,6 +46,9 @@ def add_arguments(p) -> None:
     p.add_argument("--precursors", type=int, default=0, metavar="K",
                    help="for each collapsing run, also list the K step metrics that moved most in the window from "
                         "20 to 10 steps before the collapse (z against the 40 steps before that)")
+    from arldiag.fleetrun.engine import add_engine_argument
+
+    add_engine_argument(p)
 
 
 def _of(n: int, total: int, what: str, none: str) -> str:
@@ -64,13 +70,45 @@ def summary_line(s: dict) -> str:
             f"NAB score {f(s['nab_score'], '{:.1f}')}")
 
 
+def fleet_evaluate(args, labels: dict | None) -> dict:
+    """``evaluate`` over every run under ``args.run``, one task per run on ``args.engine``: the same rows and summary
+    as ``evaluate(open_run(args.run), ...)``, plus ``errors`` when a run could not be scored."""
+    from arldiag.detectors.risk import calibrated_model
+    from arldiag.evaluation.evaluate import summary_of
+    from arldiag.fleetrun.engine import run_all
+    from arldiag.fleetrun.locate import locate_runs
+    from arldiag.fleetrun.tasks import call, eval_error
+
+    cfg = ScoreConfig(min_lead=args.min_lead, alarm_gap=args.alarm_gap, window=args.window)
+    risk = calibrated_model() if args.risk is None else args.risk
+    options = {"min_lead": args.min_lead, "alarm_gap": args.alarm_gap, "window": args.window, "risk": risk,
+               "precursors": args.precursors, "split": args.split, "labels": labels}
+    out = run_all(call("eval_row", options), locate_runs(args.run), args.engine, on_error=eval_error,
+                  progress=not args.no_progress and sys.stderr.isatty(), desc="eval-detect")
+    rows = [r for r in out if r is not None and "error" not in r]
+    errors = [r for r in out if r is not None and "error" in r]
+    if errors and not rows:
+        raise ValueError(f"no run could be scored: {errors[0]['run']}: {errors[0]['error']}")
+    res = {"runs": rows, "summary": summary_of(rows, cfg, args.split, risk, labels)}
+    if errors:
+        res["errors"] = errors
+    return res
+
+
 def main(args) -> int:
     from arldiag.store.reader import open_run
 
+    import os
+
     labels = load_labels(args.labels) if getattr(args, "labels", None) else None
-    run = open_run(args.run if len(args.run) > 1 else args.run[0])
-    res = evaluate(run, args.min_lead, args.alarm_gap, args.precursors, args.split, args.window, args.risk,
-                   labels=labels)
+    if getattr(args, "engine", None) or os.environ.get("ARLDIAG_ENGINE"):
+        res = fleet_evaluate(args, labels)
+    else:
+        run = open_run(args.run if len(args.run) > 1 else args.run[0])
+        res = evaluate(run, args.min_lead, args.alarm_gap, args.precursors, args.split, args.window, args.risk,
+                       labels=labels)
+    for err in res.get("errors", []):
+        print(f"arldiag eval-detect: warning: run {err['run']} could not be scored: {err['error']}", file=sys.stderr)
     if labels is not None:
         missing = [r["run"] for r in res["runs"] if r["label_source"] != "labels file"]
         if missing:

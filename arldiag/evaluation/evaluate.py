@@ -106,32 +106,44 @@ def evaluate(run, min_lead: int = 10, alarm_gap: int = 20, precursors: int = 0, 
              window: int = 40, risk: str | None = None, names=None, labels: dict | None = None) -> dict:
     """Score the runs (``names``: a subset of run.names, else those of ``split``, else all); ``labels``
     (``load_labels``) replaces arldiag's own label for the runs it names."""
-    from arldiag.detectors import decline_of, evaluate_run, events_of
-    from arldiag.evaluation.precursors import precursor_scan
     from arldiag.detectors.risk import calibrated_model
 
     cfg = ScoreConfig(min_lead=min_lead, alarm_gap=alarm_gap, window=window)
     risk = calibrated_model() if risk is None else risk
-    rows = []
-    for name in (list(names) if names is not None else select_split(run, split)):
-        re = evaluate_run(run, name, risk_model=risk)
-        lab = (labels or {}).get(name)
-        interval = re.evaluator.interval  # the batch evaluator's (batch.log_interval)
-        if lab is not None:
-            c, dips, dec = lab["collapse_step"], [], None
-            interval = lab["log_interval_steps"] or interval
-        else:
-            c, dips = events_of(re.frame)
-            dec = decline_of(re.frame)
-        r = score_evaluation(name, re.timeline, c, dips, injected_faults(run, name), re.evaluator.tracks, cfg,
-                             dec, interval=interval, ambiguous=bool(lab and lab["ambiguous"]))
-        v = verdict_of(re, c, dec if c is None else None)  # the report's and `ls`'s word, on this run's label
-        r.update(verdict=v.status, verdict_reason=v.reason)
-        r["split"] = split_of(run, name)
-        r["label_source"] = "labels file" if lab is not None else "arldiag"
-        rows.append(r)
-        if precursors and c is not None:
-            r["precursors"] = precursor_scan(re.frame, c, (min_lead, 2 * min_lead), top=precursors)
+    rows = [score_one(run, name, cfg, risk, precursors, split, labels)
+            for name in (list(names) if names is not None else select_split(run, split))]
+    return {"runs": rows, "summary": summary_of(rows, cfg, split, risk, labels)}
+
+
+def score_one(run, name: str, cfg: ScoreConfig, risk, precursors: int = 0, split: str | None = None,
+              labels: dict | None = None) -> dict:
+    """The eval-detect row of run ``name`` (one replay); a fleet task (arldiag.fleetrun.tasks) calls it per run."""
+    from arldiag.detectors import decline_of, evaluate_run, events_of
+    from arldiag.evaluation.precursors import precursor_scan
+
+    re = evaluate_run(run, name, risk_model=risk)
+    lab = (labels or {}).get(name)
+    interval = re.evaluator.interval  # the batch evaluator's (batch.log_interval)
+    if lab is not None:
+        c, dips, dec = lab["collapse_step"], [], None
+        interval = lab["log_interval_steps"] or interval
+    else:
+        c, dips = events_of(re.frame)
+        dec = decline_of(re.frame)
+    r = score_evaluation(name, re.timeline, c, dips, injected_faults(run, name), re.evaluator.tracks, cfg,
+                         dec, interval=interval, ambiguous=bool(lab and lab["ambiguous"]))
+    v = verdict_of(re, c, dec if c is None else None)  # the report's and `ls`'s word, on this run's label
+    r.update(verdict=v.status, verdict_reason=v.reason)
+    r["split"] = split_of(run, name)
+    r["label_source"] = "labels file" if lab is not None else "arldiag"
+    if precursors and c is not None:
+        r["precursors"] = precursor_scan(re.frame, c, (cfg.min_lead, 2 * cfg.min_lead), top=precursors)
+    return r
+
+
+def summary_of(rows: list[dict], cfg: ScoreConfig, split: str | None, risk, labels: dict | None) -> dict:
+    """The set's summary over the runs' rows (``score_one``)."""
+    min_lead, alarm_gap, window = cfg.min_lead, cfg.alarm_gap, cfg.window
     summary = summarize(rows, cfg)
     summary.update({
         "collapsing_warned_in_time": sum(r["pass"] for r in rows if r["kind"] == "collapse"),
@@ -142,4 +154,4 @@ def evaluate(run, min_lead: int = 10, alarm_gap: int = 20, precursors: int = 0, 
         "window": window, "split": split, "risk": risk, "all_pass": all(r["pass"] for r in rows),
         "labels": "file" if labels else "arldiag",
     })
-    return {"runs": rows, "summary": summary}
+    return summary

@@ -31,6 +31,14 @@ def main(args: argparse.Namespace) -> int:
 
         print(json.dumps(dataclasses.asdict(cfg), indent=2))
         return 0
+    if cfg.reproducible:  # before torch loads (loop imports it): the settings are read when the libraries load
+        from arldiag.trainer.numerics import NumericsError, ensure_environment
+
+        try:
+            ensure_environment()
+        except NumericsError as exc:
+            print(f"arldiag train: error: {exc}", file=sys.stderr)
+            return 2
     from arldiag.trainer.loop import train
 
     result = train(cfg)

@@ -109,6 +109,10 @@ class TrainConfig:
     n_layers: int = _f(2, "layers of the tiny model")
     device: str = _f("cpu", "torch device (cpu, cuda, cuda:1, ...)")
     threads: int = _f(0, "torch CPU threads (0: torch's default); 1 lets two runs share a 2-core machine")
+    reproducible: bool = _f(False, "pinned numerics (arldiag/trainer/numerics.py): one thread, torch's, MKL's and "
+                            "oneDNN's kernels held to the baseline x86-64 instruction set, deterministic algorithms; "
+                            "the same bits on any x86-64 machine, at a speed cost (docs/reference-trainer.md). The "
+                            "suite's runs use it; run.json records it (config.numerics)")
     init: str = _f("bc", "bc: behaviour-cloning warm start from solver trajectories (cached); scratch; or a checkpoint path")
     bc_episodes: int = _f(400, "solver episodes for behaviour cloning")
     bc_steps: int = _f(300, "behaviour-cloning optimizer steps")
@@ -191,6 +195,9 @@ class TrainConfig:
             raise ValueError(f"tis_cap must be > 0 (or unset), got {self.tis_cap!r}")
         if self.bc_seed is not None and self.bc_seed < 0:
             raise ValueError(f"bc_seed must be >= 0 (or unset), got {self.bc_seed!r}")
+        if self.reproducible and (self.threads > 1 or self.device != "cpu"):
+            raise ValueError(f"reproducible: pinned numerics run on one CPU thread, got threads={self.threads!r}, "
+                             f"device={self.device!r}")
         if not 0.0 <= self.bc_noise <= 1.0:
             raise ValueError(f"bc_noise must be in [0, 1], got {self.bc_noise!r}")
         return self

@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
+from arldiag.trainer import numerics
 from arldiag.trainer.advantages import (discounted_returns, dynamic_filter_keep, gigpo_step_advantages,
                                         grpo_advantages)
 from arldiag.trainer.batch import Batch, build_batch
@@ -102,6 +103,8 @@ def open_collector(cfg: TrainConfig, logp_old_source: str = "recompute", warm_st
     config["logp_old_source"] = logp_old_source
     # which behaviour-cloned weights the run started from (bc.WarmStart: fingerprint, shipped/cache/trained, sha256)
     config["warm_start"] = warm_start.record() if warm_start is not None else None
+    # the floating point the run had (pinned or not, kernel level, threads) and its fingerprint
+    config["numerics"] = numerics.record(cfg.reproducible)
     config["diagnostic_bands"] = {
         "token": list(token_clip), "sequence": list(seq_clip),
         "note": ("tolerant loss: ratios are diagnosed against the reference GRPO band, not the loss's own bounds"
@@ -307,7 +310,9 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
     arldiag.Collector writing to cfg.out (pass NullCollector() to record nothing)."""
     cfg = dataclasses.replace(cfg).validate()  # a copy: --auto-stabilize changes settings of this run only
     t_start = time.perf_counter()
-    if cfg.threads > 0:
+    if cfg.reproducible:
+        numerics.activate()  # one thread, deterministic; raises if torch loaded before the pinned settings
+    elif cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)

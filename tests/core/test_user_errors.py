@@ -48,6 +48,8 @@ def _command(cmd: str, path: Path, tmp: Path) -> list:
                                  "verify", "import"])
 def test_every_command_gives_one_line_on_a_bad_path(cmd, case, bad_paths, tmp_path) -> None:
     path, problem = bad_paths[case]
+    if cmd == "dashboard" and case in ("missing", "empty"):
+        pytest.skip("the dashboard waits for runs on a missing or empty root (tests/dashboard/test_selection.py)")
     res = arldiag_cli(*_command(cmd, path, tmp_path), cwd=tmp_path)
     assert res.returncode == 2, (res.stdout, res.stderr)
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]

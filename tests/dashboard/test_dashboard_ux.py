@@ -78,9 +78,11 @@ def test_one_run_by_default_with_the_collapse_marked(samples_root, serve, browse
     _wait(browser, _rendered("g-overview"), "overview")
     assert browser.find_element("css selector", "#run-select").text.strip().startswith("cispo_s0")
     fig = _figure(browser, "g-overview")
-    assert {t["name"].split(" · ")[0] for t in fig["traces"]} <= {"success_rate", "success_frac", "format_valid_frac",
-                                                                   "ppo_kl", "kl_ref_k3", "grad_norm", "entropy",
-                                                                   "response_length_mean", "truncated_frac"}
+    names = [t["name"].split(" · ")[0] for t in fig["traces"]]
+    assert set(names) <= {"success_rate", "eval_success", "format_valid_frac", "ppo_kl", "kl_ref_k3", "grad_norm",
+                          "entropy", "response_length_mean", "truncated_frac"}
+    # one success line (success_frac, equal to success_rate, is not drawn over it) and the greedy evaluation's
+    assert names.count("success_rate") == 1 and "success_frac" not in names and names.count("eval_success") == 1
     assert not any(" · " in t["name"] for t in fig["traces"])  # one run: no run prefix
     # the collapse step: a vertical line at x = the collapse step in the figure, named in its meta and annotation
     assert fig["meta"] == {"collapse": {"cispo_s0": collapse}, "decline": {}}

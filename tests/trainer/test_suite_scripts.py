@@ -90,7 +90,7 @@ def test_table_counts_follow_their_definitions() -> None:
     by = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
           for line in text.splitlines() if line.startswith("| cispo")}
     # runs, learned (+15 points), +25 within 150 steps, collapsed after step 40, collapsed at all, median peak, final
-    assert by["cispo"][:5] == ["3", "2", "1", "1", "2"] and by["cispo"][5] == "0.36"
+    assert by["cispo"][:5] == ["3", "2", "1", "1", "2"] and by["cispo"][5] == "0.36 [0.34, 0.50]"
     assert by["cispo + mask"][:5] == ["1", "1", "0", "0", "0"]
 
 
@@ -136,8 +136,11 @@ def test_mitigation_table_follows_its_definitions() -> None:
     lines = summarize.mitigation_table(rows).splitlines()
     cells = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[2:-1]] for ln in lines if ln.startswith("| ")}
     # seeds, collapsed, declined, median peak, median final, final - plain's final, reach (never), actions
-    assert cells["plain CISPO"][:7] == ["2", "1", "0", "0.35", "0.20", "+0.00", "10 (0)"]
-    assert cells["+ truncated IS, C = 2"][:7] == ["2", "0", "1", "0.42", "0.33", "+0.12", "20 (1)"]
+    # medians with [the order-statistic interval]: with 2 seeds, both of them
+    assert cells["plain CISPO"][:7] == ["2", "1", "0", "0.35 [0.30, 0.40]", "0.20 [0.10, 0.30]", "+0.00 [+0.00, +0.00]",
+                                        "10 (0)"]
+    assert cells["+ truncated IS, C = 2"][:7] == ["2", "0", "1", "0.42 [0.25, 0.60]", "0.33 [0.05, 0.60]",
+                                                  "+0.12 [-0.25, +0.50]", "20 (1)"]
     assert cells["+ --auto-stabilize default"][:7] == ["1", "0", "0", "0.45", "0.45", "+0.35", "10 (0)"]
     assert cells["+ --auto-stabilize default"][7] == "3: 15 rollback, 15 nalis_mask"
     assert cells["3"] == ["0.40 / 0.10 (collapse 20)", "0.60 / 0.60", "0.45 / 0.45"]
@@ -199,3 +202,28 @@ def test_levers_table_follows_its_definitions(tmp_path, monkeypatch) -> None:
     body = (tmp_path / "README.md").read_text()
     assert "<!-- levers-table:start -->" in body and "| plain GRPO, entropy bonus 0.1 | 1 |" in body
     assert "mitigations-table" not in body
+
+
+def test_median_interval_is_the_order_statistic_pair_that_covers_the_median() -> None:
+    """P(x_(k) <= median <= x_(n+1-k)) is the chance that between k and n-k of n draws fall below the median: counted
+    here over every below/above pattern of the draws (each has probability 2^-n), not from the binomial formula."""
+    import itertools
+
+    def covered(n: int, k: int) -> float:
+        return sum(k <= sum(p) <= n - k for p in itertools.product((0, 1), repeat=n)) / 2 ** n
+
+    values = [0.9, 0.1, 0.5, 0.3, 0.7, 0.2, 0.8, 0.4, 0.6, 0.0]  # 10 seeds: 0.0 ... 0.9
+    lo, hi, cov = summarize.median_interval(values)
+    assert (lo, hi) == (0.1, 0.8) and cov == pytest.approx(covered(10, 2))  # k = 2: 97.9 %; k = 3 would be 89.1 %
+    assert covered(10, 3) < 0.9 <= covered(10, 2)
+    assert summarize.median_interval([0.3, 0.1, 0.2, 0.5, 0.4])[:2] == (0.1, 0.5)  # 5 seeds: only the full range
+    assert summarize.fmt_median([0.1, 0.5, 0.2]) == "0.20 [0.10, 0.50]" and summarize.fmt_median([0.4]) == "0.40"
+    assert "10 seeds: the 2nd smallest and 2nd largest, 97.9 %" in summarize.interval_note([10, 10])
+
+
+def test_each_table_says_how_many_of_its_rows_are_pinned() -> None:
+    rows = [dict(_row("cispo", 0.2, 0.4, None, name="cispo_lag1_s73"), pinned=True),
+            _row("cispo", 0.2, 0.4, None, name="cispo_lag1_s74")]
+    assert summarize.tables(rows).splitlines()[0].startswith("Rows pinned: 1 of 2 (cispo_lag1_s73:")
+    assert summarize.tables(rows[1:]).splitlines()[0].startswith("Rows pinned: none of 1 ")
+    assert summarize.tables(rows[:1]).splitlines()[0].startswith("Rows pinned: all 1 ")

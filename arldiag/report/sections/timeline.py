@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from arldiag.report.blocks import Figure, Note, Section, Table, Text
+from arldiag.report.panels import hidden_signals, timeline_panels
 from arldiag.report.sections._common import figures, signal_summary
 from arldiag.views import catalog as S
 
@@ -16,8 +17,8 @@ def build(report) -> Section:
     caption = ("Shaded bands: alert state (yellow watch, orange warning, red critical); blue dotted lines: "
                "auto-stabilize actions. Solid: this run" + (", dashed: baseline" if report.baseline else "")
                + f". Series are min-max downsampled to at most {mp} points; findings use the full data.")
-    order = [sig.key for _, sigs, _ in figures().timeline_panels(runs) for _, sig in sigs]
-    hidden = figures().hidden_signals(runs, order)
+    order = [sig.key for _, sigs, _ in timeline_panels(runs) for _, sig in sigs]
+    hidden = hidden_signals(runs, order)
     if hidden:
         caption += " Not drawn: " + "; ".join(f"{S.BY_KEY[k].label} ({why})" for k, why in hidden.items()) + "."
     summary = Table(["signal"] + [r.name for r in runs],
