@@ -6,7 +6,7 @@ For every numeric step metric and direction (up, down), two one-metric detectors
 - LEVEL: the value itself;
 - Z: the value against the mean and standard deviation of the previous BASE steps (at least MIN_PERIODS of them).
 Each gets the lowest threshold that at most ``allow`` stable runs (neither a collapse nor a decline,
-detectors.label) exceed after WARMUP steps, and it *warns ahead* of a collapse at step c when it exceeds that
+arldiag.label) exceed after WARMUP steps, and it *warns ahead* of a collapse at step c when it exceeds that
 threshold somewhere in [max(WARMUP, c - FAR), c - NEAR]. Collapses before WARMUP + NEAR are left out.
 
 The threshold is chosen on the very runs it is scored on and a detector would still have to keep warning until the
