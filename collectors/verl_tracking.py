@@ -13,7 +13,7 @@ same return value, same exceptions), then, when ``$ARLDIAG_RUN`` is set, the num
   ``steps`` view merges both per step (user metrics averaged over the ranks that logged them);
 - resolves verl's names live (arldiag.aliases: ``critic/score/mean`` -> ``task_score``, ``actor/entropy`` ->
   ``entropy``, ``response_length/clip_ratio`` -> ``truncated_frac``, ``val-core/*/acc/mean@1`` -> ``val_score``);
-- runs the Monitor of arldiag.toml (``arldiag.settings.active().monitor()``: its detectors, risk and alert sinks),
+- runs the Monitor of arldiag.toml (``monitor_of(arldiag.settings.active())``: its detectors, risk and alert sinks),
   so alerts are raised on the driver as the steps are logged.
 
 The Collector is opened on the first ``log`` call (the workers import the plugin too but never call it, so they
@@ -34,6 +34,7 @@ from typing import Any, Mapping
 from arldiag import settings
 from arldiag.collectors.collector import Collector
 from arldiag.collectors.guard import Guard
+from arldiag.monitor import monitor_of
 from arldiag.store.location import StoreRoot
 
 RUN_ENV = "ARLDIAG_RUN"
@@ -105,7 +106,7 @@ class DriverRecorder:
             monitor, kwargs = None, {}
             try:
                 conf = settings.active()
-                monitor = conf.monitor()
+                monitor = monitor_of(conf)
                 kwargs = conf.collector_kwargs()
             except Exception as exc:  # noqa: BLE001 - a bad arldiag.toml must not cost the scalars
                 self.warn_once("settings", f"arldiag: verl driver: arldiag.toml could not be applied "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from arldiag import config_defaults
 from arldiag.commands.eval_detect import load_labels
 from arldiag.detectors.risk import CALIBRATED, calibrated_risk
 from arldiag.evaluation import calibrate_steps as cs, calibrate_token
@@ -73,6 +74,8 @@ def main_token(args) -> int:
     if args.write:
         path = Path(args.calibrated) if args.calibrated else CALIBRATED
         calibrate_token.store(out, path)
+        if path.resolve() == CALIBRATED.resolve():  # the shipped fit is the [risk] default: settings reads it as data
+            config_defaults.write()
     print(calibrate_token.printed(out))
     if args.write:
         print(f"wrote the token profile to {path}")

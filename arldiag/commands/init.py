@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from arldiag.settings import render_default_file
+from arldiag.config_defaults import render_default_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -37,6 +37,17 @@ def resolve(names=None) -> list[Detector]:
     return out
 
 
+def configured(settings) -> list[Detector]:
+    """The detectors an arldiag.settings.Settings enables, each with its [detectors.NAME] parameters."""
+    out = []
+    for name, vals in settings.values["detectors"].items():
+        if vals["enabled"]:
+            d = REGISTRY[name]
+            params = {k: tuple(v) if isinstance(d.params[k], tuple) else v for k, v in vals.items() if k != "enabled"}
+            out.append(d.with_params(**params))
+    return out
+
+
 def advise(detector: str, config: Config | None, default: str = "") -> str:
     """The detector's advice fitted to ``config``; ``default`` (its generic text) when the config is unknown or
     the detector has no remedy list."""

@@ -150,6 +150,18 @@ def calibrated_risk(path: Path = CALIBRATED, profile: str = "tokens") -> RiskCon
     return RiskConfig(**fields)
 
 
+def risk_of(settings) -> RiskConfig:
+    """The [risk] section of an arldiag.settings.Settings as a RiskConfig (every field as the settings give it)."""
+    return RiskConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in settings.values["risk"].items()})
+
+
+def risk_for(settings, profile: str) -> RiskConfig:
+    """The risk settings of a profile ("tokens" or "steps", PROFILES) under an arldiag.settings.Settings: its
+    calibrated fit with the settings' changes applied on top, each relative to the shipped (token) settings the file
+    shows (RiskConfig.with_changes: of ``enter``, only the thresholds the user changed)."""
+    return calibrated_risk(profile=profile).with_changes(settings.risk_changes(), calibrated_risk())
+
+
 def calibrated_model(path: Path = CALIBRATED) -> str:
     """The default risk model: ``default_model`` of calibrated.json ("rules" or "learned", the one that scored better
     on the held-out runs) when the file says ``"apply": true``; "rules" otherwise."""

@@ -15,7 +15,8 @@ from plotly.subplots import make_subplots
 
 from arldiag.report.downsample import downsample_xy
 # the panel layout is plotly-free (panels.py) so the Markdown report reads it on the base install
-from arldiag.report.panels import SCALE_RATIO, distinct_panels, split_by_scale, timeline_panels  # noqa: F401
+from arldiag.report.panels import (SCALE_RATIO, _scale, distinct_panels, split_by_scale,  # noqa: F401
+                                   timeline_panels)
 from arldiag.views import catalog as S
 from arldiag.views.events import band_spans
 from arldiag.views.heatmap import Heatmap

@@ -29,7 +29,7 @@ from arldiag.trainer.advantages import (discounted_returns, dynamic_filter_keep,
                                         grpo_advantages)
 import arldiag
 from arldiag.settings import CONFIG_ENV, DEFAULT_FILE, load
-from arldiag.stabilize import Limits, Stabilizer
+from arldiag.stabilize import Limits, Stabilizer, limits_of
 from arldiag.trainer.batch import Batch, build_batch
 from arldiag.trainer.bc import load_or_train_bc, solver_texts
 from arldiag.trainer.config import SEQUENCE_CLIP_ALGOS, TrainConfig
@@ -144,7 +144,7 @@ def open_stabilizer(cfg: TrainConfig, col: Any, model: Any, optimizer: Any, samp
         log("auto-stabilize: the collector has no monitor, so no policy runs")
         return None
 
-    limits = (load().stabilize_limits() if os.environ.get(CONFIG_ENV) or os.path.isfile(DEFAULT_FILE)
+    limits = (limits_of(load()) if os.environ.get(CONFIG_ENV) or os.path.isfile(DEFAULT_FILE)
               else Limits())
     controls = TrainerControls(cfg, model, optimizer, sampler)
     return Stabilizer(policy, controls, record=getattr(col, "record_action", None), limits=limits, log_fn=log)

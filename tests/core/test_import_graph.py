@@ -65,32 +65,6 @@ FALLBACK = {
                                                                        "detectors fail to import",
 }
 
-# NOT DONE (issue 39 item 3, "settings as a leaf"): settings.py reads its defaults from the code of the objects it
-# configures (the Collector's, Monitor's and channels' signatures, the detector registry, the calibrated risk, the
-# stabilizer's Limits) and builds them, while the detectors' engine and the Monitor read the active settings: a
-# cycle these function-level imports hide. Not part of the cycle and layer checks until settings is split into plain
-# data (below) and the builders (above). No new entry belongs here.
-SETTINGS_NOT_DONE_REASON = "cycle: settings reads its defaults from and builds the objects it configures"
-SETTINGS_NOT_DONE = {f"arldiag.settings:{k}": SETTINGS_NOT_DONE_REASON for k in (
-    "channels -> arldiag.alerts",
-    "channels -> arldiag.channels",
-    "defaults -> arldiag.channels",
-    "defaults -> arldiag.collectors.collector",
-    "defaults -> arldiag.detectors.registry",
-    "defaults -> arldiag.detectors.risk",
-    "defaults -> arldiag.monitor",
-    "defaults -> arldiag.stabilize",
-    "detectors -> arldiag.detectors.registry",
-    "monitor -> arldiag.monitor",
-    "render_default_file -> arldiag.detectors.registry",
-    "render_default_file -> arldiag.detectors.risk",
-    "risk -> arldiag.detectors.risk",
-    "risk_for -> arldiag.detectors.risk",
-    "stabilize_keys -> arldiag.stabilize",
-    "stabilize_limits -> arldiag.stabilize",
-)}
-
-
 @dataclass(frozen=True)
 class Import:
     importer: str
@@ -334,10 +308,10 @@ def test_no_import_cycle():
 
 def test_every_function_level_import_is_listed_with_its_reason():
     inside = {e.key for e in EDGES if e.function is not None}
-    unlisted = sorted(inside - set(LAZY) - set(FALLBACK) - set(SETTINGS_NOT_DONE))
+    unlisted = sorted(inside - set(LAZY) - set(FALLBACK))
     assert not unlisted, ("imports inside functions: move them to the module's head, or list them in LAZY with "
                           "the heavy dependency they keep off a light path:\n  " + "\n  ".join(unlisted))
-    stale = sorted((set(LAZY) | set(FALLBACK) | set(SETTINGS_NOT_DONE)) - inside)
+    stale = sorted((set(LAZY) | set(FALLBACK)) - inside)
     assert not stale, "allowlist entries that match no import any more:\n  " + "\n  ".join(stale)
     assert not set(LAZY) & set(FALLBACK)
     assert all(len(r) > 10 and "\n" not in r for r in (*LAZY.values(), *FALLBACK.values()))
