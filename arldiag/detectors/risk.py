@@ -16,7 +16,7 @@ must not wait).
 Why independent latches: each latch is a monotone function of its own threshold. Lowering T_L only adds points
 where the risk reaches it and removes points that count as calm, so the latch is open on a superset of steps, and
 the first watch or warning can only come earlier (an earlier design carried the state of one level into the next
-and was not monotone). For the same reason ``Settings.risk_for`` changes the elements of ``enter`` a user set, not
+and was not monotone). For the same reason ``risk_for`` changes the elements of ``enter`` a user set, not
 the whole triple (``with_changes``).
 
 Corroboration (step-scalar profile, ``corroborate``): while the task score holds at its peak and keeps its trend,
