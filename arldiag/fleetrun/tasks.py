@@ -14,8 +14,6 @@ from arldiag.evaluation.evaluate import score_one, select_split
 from arldiag.evaluation.scoring import ScoreConfig
 from arldiag.fleet import ERROR, empty_row, path_row
 from arldiag.fleetrun.locate import RunRef
-from arldiag.report.build import build_report
-from arldiag.report.cli import render
 from arldiag.store.location import is_url
 from arldiag.store.reader import Run, read_manifest
 
@@ -95,6 +93,10 @@ def eval_error(ref: RunRef, exc: BaseException) -> dict[str, Any]:
 def report_text(ref: RunRef, fmt: str = "md", max_points: int = 1500) -> dict[str, Any]:
     """The run's post-mortem report rendered as ``fmt`` (the text; the driver writes it, so a remote worker needs
     no access to the output folder)."""
+    # pandas: `import arldiag.fleetrun.tasks` (ls, detect, eval-detect and every Ray worker) loads no pandas
+    from arldiag.report.build import build_report
+    from arldiag.report.cli import render
+
     run = open_one(ref)
     try:
         text = render(build_report(run, progress=False, max_points=max_points), fmt)

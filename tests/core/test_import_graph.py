@@ -34,6 +34,10 @@ LAZY = {
     "arldiag:__getattr__ -> arldiag.monitor": "PEP 562 lazy name: `import arldiag` loads no detector (pandas)",
     "arldiag.collectors.verl_loss:loss -> arldiag.trainer.losses": "torch: the plugin module is imported by verl "
                                                                      "in every process, torch only when a loss runs",
+    "arldiag.fleetrun.tasks:report_text -> arldiag.report.build": "pandas: the fleet tasks module (ls, detect, "
+                                                                  "eval-detect, each Ray worker) loads no pandas",
+    "arldiag.fleetrun.tasks:report_text -> arldiag.report.cli": "pandas: the fleet tasks module (ls, detect, "
+                                                                "eval-detect, each Ray worker) loads no pandas",
     "arldiag.report:__getattr__ -> arldiag.report.build": "pandas/plotly: `import arldiag.report` stays light",
     "arldiag.report:__getattr__ -> arldiag.report.cli": "pandas/plotly: `import arldiag.report` stays light",
     "arldiag.report.cli:render -> arldiag.report.html": "plotly: only the html format draws figures",
