@@ -69,6 +69,7 @@ FALLBACK = {
                                                                        "detectors fail to import",
 }
 
+
 @dataclass(frozen=True)
 class Import:
     importer: str
