@@ -22,6 +22,8 @@ from typing import Any, Callable
 
 from arldiag.findings import severity_rank
 from arldiag.levels import SEVERITIES
+from arldiag.schema import arrow_schema
+from arldiag.store.writer import StoreWriter
 
 log = logging.getLogger("arldiag")
 WATCH_WRITER_RANK = 99_999  # part-file rank of alerts written by `arldiag watch` (never collides with trainers)
@@ -91,15 +93,11 @@ class RunAlertWriter:
     `arldiag watch`. ``flush()`` publishes what was written since the last flush."""
 
     def __init__(self, run_dir: str | Path, min_severity: str = "info") -> None:
-        from arldiag.store.writer import StoreWriter
-
         self.min_severity = min_severity
         self._writer = StoreWriter(Path(run_dir), rank=WATCH_WRITER_RANK)
 
     def __call__(self, alert: Alert) -> None:
         import pyarrow as pa
-
-        from arldiag.schema import arrow_schema
 
         if not _at_least(alert, self.min_severity):
             return

@@ -23,6 +23,9 @@ from __future__ import annotations
 import re
 from typing import Iterable, Iterator, Mapping
 
+from arldiag.schema import STEP_METRICS
+from arldiag.settings import file_aliases
+
 TASK_SCORE = "task_score"
 VAL_SCORE = "val_score"
 
@@ -138,8 +141,6 @@ _VAL_SOURCE_SCORE = re.compile(r"^val/test_score/[^/]+(?:/[^/]+)*$")
 def alias_table(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The full table: the schema's cited sources (verl / TRL names), ``ALIASES``, then ``extra`` (arldiag.toml
     ``[import.aliases]`` or ``--rename``), later entries winning. Imports the schema (pyarrow) lazily."""
-    from arldiag.schema import STEP_METRICS
-
     out = {}
     for m in STEP_METRICS:
         tool, _, name = m.source.partition(" ")
@@ -299,7 +300,6 @@ class LiveResolver:
 
     def _plan(self, keys: frozenset) -> list[tuple[str, str]]:
         if self._table is None:  # arldiag.toml [aliases], then the names given here, on top of the table
-            from arldiag.settings import file_aliases
 
             self._table = alias_table({**file_aliases(), **self._extra})
         plan, taken = [], set(keys)

@@ -168,3 +168,20 @@ class EmailSink(BackgroundSink):
             if self.username:
                 smtp.login(self.username, self.password or "")
             smtp.send_message(msg)
+
+
+def channels_of(settings) -> list:
+    """The alert sinks of an arldiag.settings.Settings' [alerts.*] sections whose url/host is set."""
+    a, out = settings.values["alerts"], []
+    for key, cls in (("slack", SlackSink), ("discord", DiscordSink)):
+        c = a[key]
+        if c["url"]:
+            out.append(cls(c["url"], template=c["template"] or None, mention=c["mention"],
+                           mention_severity=c["mention_severity"], min_severity=c["min_severity"]))
+    if a["webhook"]["url"]:
+        out.append(WebhookSink(a["webhook"]["url"], min_severity=a["webhook"]["min_severity"]))
+    e = a["email"]
+    if e["host"]:
+        out.append(EmailSink(e["host"], **{k: (v or None) if k in ("username", "password") else v
+                                           for k, v in e.items() if k != "host"}))
+    return out

@@ -11,6 +11,7 @@ import os
 import sys
 import warnings
 
+from arldiag import __version__
 from arldiag.settings import CONFIG_ENV, config_path
 
 # name -> (module, one-line help). Built-ins are registered here, the same way a plugin would be.
@@ -54,8 +55,6 @@ def main(argv: list[str] | None = None) -> int:
         top = _top_parser()
         ns, _ = top.parse_known_args(argv)
         if ns.version:
-            from arldiag import __version__
-
             print(__version__)
             return 0
         if ns.command is not None and ns.command not in COMMANDS:

@@ -16,6 +16,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from arldiag.detectors import decline_of, evaluate_run, label_of
+from arldiag.fleetrun import summary_cache
+from arldiag.fleetrun.locate import locate_runs, run_label
+from arldiag.store.location import is_url
+from arldiag.store.reader import open_run
 from arldiag.verdict import verdict_of
 
 # The outcome column of a row: the first of these with a value, the success rate of arldiag's own runs or the task
@@ -66,8 +71,6 @@ def run_row(run: Any, name: str, label: str | None = None) -> dict[str, Any]:
     ``label``: the name shown (default ``name``), e.g. the run's folder relative to the root. A run whose
     detectors cannot run gets the verdict ``error`` and the reason in ``error``, not an exception: one broken run
     does not hide the others."""
-    from arldiag.fleetrun import summary_cache
-
     manifest = dict((getattr(run, "manifests", {}) or {}).get(name) or {})
     path = (getattr(run, "paths", {}) or {}).get(name, "")
     # the cache holds rows of one-run folders only (a Run over several runs names each by its place among them)
@@ -92,9 +95,6 @@ def path_row(path: str | os.PathLike, label: str) -> tuple[dict[str, Any], Excep
     """The fleet row of the run folder or URL ``path`` shown as ``label``: the cached row when the run did not
     change (without opening it), else one replay (``run_row``). A run that cannot be opened is an ``error`` row;
     the exception comes back beside it so a caller can tell "every run is broken" from "one is"."""
-    from arldiag.fleetrun import summary_cache
-    from arldiag.store.reader import open_run
-
     hit = summary_cache.load(path)
     if hit is not None:
         return {**hit, "name": label, "path": str(path)}, None
@@ -112,8 +112,6 @@ def path_row(path: str | os.PathLike, label: str) -> tuple[dict[str, Any], Excep
 
 
 def _fill(row: dict[str, Any], run: Any, name: str) -> None:
-    from arldiag.detectors import decline_of, evaluate_run, label_of
-
     ev = evaluate_run(run, name)  # the one replay: timeline, findings and the steps frame all come from it
     frame = ev.frame
     row["steps"] = len(ev.steps)
@@ -129,15 +127,6 @@ def _fill(row: dict[str, Any], run: Any, name: str) -> None:
                first_warning=v.first_warning_step, max_state=v.max_state)
 
 
-def _label(root: Path, path: Any, name: str) -> str:
-    """A run's folder relative to the root (the name the dashboard gives it); the run's name when it is the root."""
-    try:
-        rel = Path(path).resolve().relative_to(root.resolve()).as_posix()
-    except (TypeError, ValueError, OSError):
-        return name
-    return name if rel in ("", ".") else rel
-
-
 def fleet_table(root: str | os.PathLike, run: Any = None) -> list[dict[str, Any]]:
     """One row per run under ``root`` (a root of runs, a run, or a glob), sorted by name: see ``run_row``.
 
@@ -146,13 +135,10 @@ def fleet_table(root: str | os.PathLike, run: Any = None) -> list[dict[str, Any]
     broken run.json) is a row with the verdict ``error`` while another run opens; when none does, its error is
     raised, as for a path that is neither a run nor holds one (FileNotFoundError). ``run``: an already open Run to
     take the rows from instead."""
-    from arldiag.store.location import is_url
-
     if run is not None:
         root = Path(root)
-        rows = [run_row(run, n, _label(root, run.paths.get(n), n)) for n in run.names]
+        rows = [run_row(run, n, run_label(root, run.paths.get(n), n)) for n in run.names]
         return sorted(rows, key=lambda r: r["name"])
-    from arldiag.fleetrun.locate import locate_runs
 
     rows, failed = [], []
     for ref in locate_runs([str(root) if is_url(root) else root]):

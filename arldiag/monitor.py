@@ -19,11 +19,14 @@ import warnings
 from typing import Any, Callable, Iterable, Mapping
 
 from arldiag.alerts import Alert, CallbackSink, ConsoleSink, StoreSink, WandbSink, WebhookSink
+from arldiag.channels import channels_of
 from arldiag.detectors.advice import settings_of, with_actions
-from arldiag.levels import ALERTING, LEVELS
 from arldiag.detectors.engine import Evaluator, StepResult
+from arldiag.detectors.registry import configured
 from arldiag.detectors.risk import RiskConfig
 from arldiag.findings import Finding
+from arldiag.levels import ALERTING, LEVELS
+from arldiag.settings import active
 
 log = logging.getLogger("arldiag")
 DEFAULT_SINKS = ("console", "store", "wandb")
@@ -73,11 +76,9 @@ class Monitor:
                 raise ValueError(f"sinks: unknown sink {s!r}; use 'console', 'store', 'wandb' or a callable")
         if sinks is DEFAULT_SINKS:
             # the alert channels of the active arldiag.toml / environment (Slack, Discord, webhook, email): a
-            # Monitor built without sinks of its own sends where the configuration says (Settings.monitor passes
-            # its sinks explicitly, so nothing is added twice)
-            from arldiag.settings import active
-
-            self._sinks.extend(active().channels())
+            # Monitor built without sinks of its own sends where the configuration says (monitor_of passes its
+            # sinks explicitly, so nothing is added twice)
+            self._sinks.extend(channels_of(active()))
         if webhook is not None:
             self._sinks.append(webhook if isinstance(webhook, WebhookSink) else WebhookSink(str(webhook)))
         if callback is not None:
@@ -204,3 +205,15 @@ class Monitor:
                     close()
                 except Exception:  # noqa: BLE001
                     pass
+
+
+def monitor_of(settings, **kwargs: Any) -> Monitor:
+    """A Monitor with an arldiag.settings.Settings' detectors, risk settings and sinks (``kwargs`` go to Monitor and
+    win)."""
+    m = settings.values["monitor"]
+    # no whole RiskConfig: the Evaluator picks the run's profile (token statistics or step scalars) and applies only
+    # the [risk] keys this configuration changes on top of that profile's fitted state (detectors.risk.risk_for)
+    args = dict(detectors=configured(settings), settings=settings, sinks=list(m["sinks"]) + channels_of(settings),
+                stop_on=m["stop_on"] or None, min_severity=m["min_severity"])
+    args.update(kwargs)
+    return Monitor(**args)

@@ -404,15 +404,11 @@ class UpdateStats:
         return out
 
 
-def compute_update(inp: UpdateInputs, bands: Bands, segments: np.ndarray | None = None) -> UpdateStats:
-    """Statistics of one update (see the module doc), on numpy or on the torch tensors' device.
-
-    ``segments``: the rows of ``inp`` are several steps stacked, step ``i`` starting at row ``segments[i]`` (numpy
-    input without turn ids, see ``segmentable``): ``aggs`` is then one dict per step (_segment_aggs); the rows are
-    the same as per step."""
-    be = backend_for(inp.logp, inp.mask)
+def _token_inputs(inp: UpdateInputs, be, mask):
+    """The masked tokens of ``inp`` flattened row-major, with the non-finite ones dropped: (raw values by short
+    name, rows, positions, whether the layout is still the dense [B, T] one, advantages as given, whether they are
+    per token, non-finite tokens per row)."""
     xp = be.xp
-    mask = be.asarray(inp.mask)
     B, T = mask.shape
     dense = bool(mask.all())                       # packed batch: reshape views, no gather
     if dense:
@@ -446,15 +442,27 @@ def compute_update(inp: UpdateInputs, bands: Bands, segments: np.ndarray | None 
             fin &= xp.isfinite(raw[k])
     if raw["lp_roll"] is not None:
         fin &= ~xp.isinf(raw["lp_roll"])
-    n_bad = be.count(~fin)
-    any_bad = bool(n_bad)
+    any_bad = bool(be.count(~fin))
     if any_bad and dense:
         rows, pos = be.dense_rows_pos(B, T)
     n_bad_row = be.bincount(rows[~fin], None, B) if any_bad else be.full(B, 0, np.int64)
     if any_bad:  # from here on, finite tokens only
         rows, pos = rows[fin], pos[fin]
         raw = {k: (v if v is None else v[fin]) for k, v in raw.items()}
-    lay = Layout(be, rows, pos, B, T, dense and not any_bad)
+    return raw, rows, pos, dense and not any_bad, adv_b, adv_2d, n_bad_row
+
+
+def compute_update(inp: UpdateInputs, bands: Bands, segments: np.ndarray | None = None) -> UpdateStats:
+    """Statistics of one update (see the module doc), on numpy or on the torch tensors' device.
+
+    ``segments``: the rows of ``inp`` are several steps stacked, step ``i`` starting at row ``segments[i]`` (numpy
+    input without turn ids, see ``segmentable``): ``aggs`` is then one dict per step (_segment_aggs); the rows are
+    the same as per step."""
+    be = backend_for(inp.logp, inp.mask)
+    mask = be.asarray(inp.mask)
+    B, T = mask.shape
+    raw, rows, pos, dense, adv_b, adv_2d, n_bad_row = _token_inputs(inp, be, mask)
+    lay = Layout(be, rows, pos, B, T, dense)
     retok = None if inp.retok_extra is None else be.asarray(inp.retok_extra, np.int64)
     env = Env(be, bands, lay, dict(raw, adv_b=adv_b, adv_2d=adv_2d, n_bad_row=n_bad_row, retok_extra=retok))
     env._v["any_roll"] = True if raw["lp_roll"] is None else (bool(be.count(env.have_roll)) or None)
@@ -482,9 +490,8 @@ def compute_update(inp: UpdateInputs, bands: Bands, segments: np.ndarray | None 
            "logp": env.lp, "logp_old": env.lp_old, "logp_ref": env.lp_ref, "logp_rollout": env.lp_roll,
            "entropy": env.ent, "token_id": env.tid, "token_id_rollout": env.rid}
     host = {k: be.host(v) for k, v in seq.items()}
-    host["n_tokens"] = host["n_tokens"].astype(np.int32)
-    host["nonfinite"] = host["nonfinite"].astype(np.int32)
-    host["retok_mismatch"] = host["retok_mismatch"].astype(np.int32)
+    for k in ("n_tokens", "nonfinite", "retok_mismatch"):
+        host[k] = host[k].astype(np.int32)
     host["turn"] = seq_turn
     nonempty = be.host(lay.nonempty)
     anomalous = be.host((n_bad_row > 0) | env.nalis | env.nalis_delta)

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from arldiag.collectors.collector import Collector
+
 # the share of the break (success, valid format, length, entropy) already there at the collapse step
 BREAK_AT_C = 0.6
 GROUP = 4           # rollouts per task (sample suite: 4 tasks x 4 rollouts)
@@ -41,8 +43,6 @@ def write_synth(out, tokens: int, steps: int = 100, collapse_at: int | None = No
                 max_len: int = 256, seed: int = 0, token_sample_rate: float = 1.0, flush_every: int = 10) -> dict:
     """Write a synthetic run of about ``tokens`` token rows under ``out`` (each rank its own Collector, one after
     the other). Returns a summary: tokens written, samples, steps."""
-    import arldiag
-
     if steps < 1 or ranks < 1 or max_len < 2:
         raise ValueError("steps, ranks must be >= 1 and max_len >= 2")
     if collapse_at is not None and not 0 <= collapse_at < steps:
@@ -54,7 +54,7 @@ def write_synth(out, tokens: int, steps: int = 100, collapse_at: int | None = No
                            "ranks": ranks, "max_len": max_len, "seed": seed}
     for rank in range(ranks):
         rng = np.random.default_rng([seed, rank])
-        with arldiag.Collector(out, config=cfg, clip=(0.2, 0.28), algorithm="synthetic", rank=rank,
+        with Collector(out, config=cfg, clip=(0.2, 0.28), algorithm="synthetic", rank=rank,
                                world_size=ranks, token_sample_rate=token_sample_rate, flush_every=flush_every,
                                name=None) as col:
             for step in range(steps):

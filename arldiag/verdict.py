@@ -5,7 +5,7 @@ The words, in the order they are decided:
 
 - ``collapsed``: the collapse label (docs/detectors.md "collapse label") marks a step;
 - ``declined``: no collapse, but the run never reached the label's peak and then fell under half of its own best
-  (detectors.label.run_decline);
+  (arldiag.label.run_decline);
 - ``no signal``: no detector could read the run (every finding is skipped: e.g. a CSV with columns step,foo,bar),
   so nothing can be said about its health;
 - ``at risk``: the alert state is at warning or above now, or was within the last ``RECENT_ALERT_STEPS`` steps;

@@ -18,6 +18,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from arldiag.collectors.collector import Collector
+
 
 @dataclass
 class Attachment:
@@ -92,7 +94,6 @@ def _attach_trl(trainer: Any, run_dir: str, kw: dict) -> Attachment:
 
 
 def _attach_hf(trainer: Any, run_dir: str, kw: dict) -> Attachment:
-    from arldiag.collectors.collector import Collector
     from arldiag.collectors.trl import ArldiagCallback
 
     col = Collector(run_dir, config={"framework": "transformers", "trainer": type(trainer).__name__}, **kw)

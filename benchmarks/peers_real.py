@@ -1,5 +1,5 @@
 """arldiag, rlwatch 0.5.1, rldoctor 0.2.0 and rlprobe 0.1.0 side by side, each with its defaults, on the same runs and the same
-scoring (detectors.scoring.score_run, through eval-detect's score_evaluation): the real development runs
+scoring (evaluation.scoring.score_run, through eval-detect's score_evaluation): the real development runs
 (shared/real_runs, scored on its labels.json) and the reference trainer's sample runs (arldiag's own label).
 
     pip install rlwatch==0.5.1 rldoctor==0.2.0 rlprobe==0.1.0      (or: pip install -e '.[peer]')
@@ -352,7 +352,7 @@ def section(sets: list[dict], hold: int) -> str:
            "its 14-detector catalog over the records so far at each step, each new warn or critical finding an "
            "alert). A peer's alert holds the run in its severity for "
            f"{hold} optimizer steps (a later one extends it); all three states are scored by the same "
-           "`detectors.scoring.score_run`. Real runs are labelled by `labels.json` (ambiguous runs scored apart), "
+           "`evaluation.scoring.score_run`. Real runs are labelled by `labels.json` (ambiguous runs scored apart), "
            "the sample runs by arldiag's own label (decline and fault runs are listed, not counted). First warning: "
            "the first step in warning or critical; lead: the collapse step minus the start of the warning active "
            "at it (- : none active at the collapse).", ""]

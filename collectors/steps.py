@@ -15,6 +15,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from arldiag.collectors.align import RolloutCache, align
+from arldiag.collectors.distributed import reduce_step_aggs
 from arldiag.collectors.guard import Guard
 from arldiag.collectors.rollout_stats import ROLLOUT_AGGS, RolloutCall, rollout_stats
 from arldiag.collectors.rows import RowBuffer
@@ -287,7 +288,6 @@ class StepEngine:
         self.rows.add_step(row, user)
         watch = True
         if self.pg[1]:  # the whole step on the group's rank 0 (collectors/distributed.py)
-            from arldiag.collectors.distributed import reduce_step_aggs
 
             merged = reduce_step_aggs(aggs, self.pg[0])
             watch = merged is not None

@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from arldiag.collectors.collector import Collector
+
 SAMPLE_ID_KEY = "arldiag_sample_id"
 _TOLERANT_LOSSES = ("cispo", "sapo", "vespo")  # no (1 - eps_low, 1 + eps_high) band: record against GRPO's
 
@@ -184,8 +186,6 @@ def instrument(trainer: Any, collector: Any) -> Any:
 
 def collector_for(trainer: Any, run_dir: str, **kwargs: Any) -> Any:
     """A Collector whose manifest carries the trainer's loss, band and GRPO settings."""
-    from arldiag.collectors.collector import Collector
-
     args = trainer.args
     config = {"framework": "trl", "loss_type": trainer.loss_type, "beta": trainer.beta,
               "epsilon_low": trainer.epsilon_low, "epsilon_high": trainer.epsilon_high,

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from arldiag.stabilize import Stabilizer
+
 SUPPORTED = frozenset({"nalis_mask", "truncation_mask", "clip", "clip_high", "entropy_coef", "seq_clip", "lr_scale",
                        "stop"})
 
@@ -104,8 +106,6 @@ class TRLControls:
 
 def attach_stabilizer(trainer: Any, policy: Any = "default", limits: Any = None) -> Any:
     """Run ``policy`` after each logged step of an instrumented GRPOTrainer (its collector needs a Monitor)."""
-    from arldiag.stabilize import Stabilizer
-
     col = getattr(trainer, "arldiag_collector", None)
     if col is None or getattr(col, "monitor", None) is None:
         raise ValueError("attach_stabilizer: the trainer's arldiag collector needs a monitor "

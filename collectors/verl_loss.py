@@ -36,6 +36,10 @@ import warnings
 import weakref
 from typing import Any
 
+from arldiag.collectors.collector import Collector
+from arldiag.monitor import Monitor
+from arldiag.stabilize import Stabilizer
+
 LOSS_MODE = "arldiag"
 INNER_ENV = "ARLDIAG_VERL_INNER_LOSS"
 RUN_ENV = "ARLDIAG_RUN"
@@ -98,14 +102,12 @@ class VerlLossRecorder:
                 warnings.warn(f"arldiag: loss mode {LOSS_MODE!r} is active but ${RUN_ENV} is not set; nothing is "
                               f"recorded (verl's {inner!r} loss runs unchanged)", RuntimeWarning, stacklevel=3)
             return None
-        from arldiag.collectors.collector import Collector
 
         low, high = band(config)
         rank, world = _rank()
         policy = os.environ.get(STABILIZE_ENV)
         monitor = None
         if policy:  # --auto-stabilize for verl: the Monitor's state drives the policy (VerlControls)
-            from arldiag.monitor import Monitor
 
             monitor = Monitor(sinks=("console", "store"))
         self.collector = Collector(run_dir, config={"framework": "verl", "loss_mode": inner,
@@ -226,8 +228,6 @@ class VerlControls:
 
 def attach_stabilizer(recorder: "VerlLossRecorder", policy: Any = "default", limits: Any = None) -> Any:
     """Run ``policy`` after each step the recorder finishes (its collector needs a Monitor)."""
-    from arldiag.stabilize import Stabilizer
-
     col = recorder.collector
     if col is None or getattr(col, "monitor", None) is None:
         raise ValueError("attach_stabilizer: the recorder needs a collector with a monitor")

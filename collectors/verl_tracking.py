@@ -13,7 +13,7 @@ same return value, same exceptions), then, when ``$ARLDIAG_RUN`` is set, the num
   ``steps`` view merges both per step (user metrics averaged over the ranks that logged them);
 - resolves verl's names live (arldiag.aliases: ``critic/score/mean`` -> ``task_score``, ``actor/entropy`` ->
   ``entropy``, ``response_length/clip_ratio`` -> ``truncated_frac``, ``val-core/*/acc/mean@1`` -> ``val_score``);
-- runs the Monitor of arldiag.toml (``arldiag.settings.active().monitor()``: its detectors, risk and alert sinks),
+- runs the Monitor of arldiag.toml (``monitor_of(arldiag.settings.active())``: its detectors, risk and alert sinks),
   so alerts are raised on the driver as the steps are logged.
 
 The Collector is opened on the first ``log`` call (the workers import the plugin too but never call it, so they
@@ -31,7 +31,11 @@ import os
 import threading
 from typing import Any, Mapping
 
+from arldiag import settings
+from arldiag.collectors.collector import Collector
 from arldiag.collectors.guard import Guard
+from arldiag.monitor import monitor_of
+from arldiag.store.location import StoreRoot
 
 RUN_ENV = "ARLDIAG_RUN"
 OFF_ENV = "ARLDIAG_VERL_TRACKING"  # "0" (or "off", "false"): do not record verl's driver scalars
@@ -99,14 +103,10 @@ class DriverRecorder:
         if self.collector is not None or not run_dir or run_dir in self._failed_dirs:
             return self.collector
         try:
-            from arldiag.collectors.collector import Collector
-
             monitor, kwargs = None, {}
             try:
-                from arldiag import settings
-
                 conf = settings.active()
-                monitor = conf.monitor()
+                monitor = monitor_of(conf)
                 kwargs = conf.collector_kwargs()
             except Exception as exc:  # noqa: BLE001 - a bad arldiag.toml must not cost the scalars
                 self.warn_once("settings", f"arldiag: verl driver: arldiag.toml could not be applied "
@@ -138,7 +138,6 @@ class DriverRecorder:
         (and without the loss mode at all)."""
         if getattr(col, "writer", None) is None:  # the store is not writable: the Collector has warned
             return
-        from arldiag.store.location import StoreRoot
 
         loc = StoreRoot(col.root)
         m = loc.read_json("run.json")
@@ -155,7 +154,6 @@ class DriverRecorder:
         (``arldiag watch``) evaluate the last step. Ray may end the workers without running their exit handlers."""
         if getattr(col, "writer", None) is None:
             return
-        from arldiag.store.location import StoreRoot
 
         loc = StoreRoot(col.root)
         m = loc.read_json("run.json")

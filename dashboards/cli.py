@@ -6,6 +6,11 @@ import socket
 import sys
 from pathlib import Path
 
+from arldiag.dashboards.app import create_app
+from arldiag.dashboards.security import is_loopback, new_token
+from arldiag.dashboards.source import MAX_DEPTH, discover_runs
+from arldiag.store.reader import read_manifest
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("root", type=Path, help="folder holding run directories (searched 3 levels deep)")
@@ -18,12 +23,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from arldiag.dashboards.app import create_app
-    from arldiag.dashboards.security import is_loopback, new_token
-
-    from arldiag.dashboards.source import MAX_DEPTH, discover_runs
-    from arldiag.store.reader import read_manifest
-
     if args.root.exists() and not args.root.is_dir():
         print(f"arldiag dashboard: error: {args.root} is a file, not a folder of runs", file=sys.stderr)
         return 2

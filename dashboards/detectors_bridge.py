@@ -57,7 +57,7 @@ def collapse(run: Any) -> int | None:
 
 
 def decline(run: Any) -> int | None:
-    """The step at which a run that never collapsed declined (detectors.label.run_decline), else None."""
+    """The step at which a run that never collapsed declined (arldiag.label.run_decline), else None."""
     return _label(run, lambda det: det.decline_step)
 
 

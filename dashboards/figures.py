@@ -61,7 +61,7 @@ def panel_figure(series: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str,
     colour. Several runs (compare mode): each run has its colour (never red), metrics are dash styles.
     ``bands``: {run: [(first, last, state)]} (or one run's list) shaded over all panels: one run in the alert
     colours, several runs each in its own colour (darker = more severe). ``collapse``: {run: collapse step},
-    drawn as a vertical line; ``decline``: {run: decline step} (detectors.label.run_decline), a dotted one.
+    drawn as a vertical line; ``decline``: {run: decline step} (arldiag.label.run_decline), a dotted one.
     Panels whose metrics were not recorded are left out and named in the title."""
     panels, missing = recorded_panels(series, panels)
     if not panels:

@@ -18,10 +18,12 @@ from typing import Any, Callable
 from dash import ALL, Input, Output, State, ctx, dcc, html
 from dash.exceptions import PreventUpdate
 
+import arldiag
 from arldiag.dashboards.security import resolve_run
 from arldiag.dashboards.source import RunSource, run_signature
 from arldiag.fleet import COLUMNS, ERROR, NUMERIC, cell_text, empty_row, run_row
 from arldiag.levels import LEVELS, rank
+from arldiag.store.reader import read_manifest
 from arldiag.verdict import WORST_FIRST, verdict_rank
 
 PENDING = "computing…"  # the verdict cell of a row not computed yet
@@ -39,8 +41,6 @@ TABLE_STYLE = {"maxHeight": "45vh", "overflowY": "auto", "margin": "4px 0 10px 0
 
 
 def _default_opener(path: Path):
-    import arldiag
-
     return arldiag.open_run(path)
 
 
@@ -111,8 +111,6 @@ class FleetRows:
         return path.name if name == "." else name  # the root itself is a run: show its folder's name
 
     def _pending(self, name: str, path: Path) -> dict:
-        from arldiag.store.reader import read_manifest
-
         try:
             algo = read_manifest(path).get("algorithm")
         except (OSError, ValueError):

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from arldiag.dashboards.security import resolve_run
 from arldiag.views.runs import MAX_DEPTH, TABLE_DIRS, discover_runs, run_signature  # noqa: F401 (re-exported)
+import arldiag
 
 
 @dataclass
@@ -152,6 +153,4 @@ class RunSource:
 
 
 def _default_opener(path: Path):
-    import arldiag
-
     return arldiag.open_run(path)

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 import numpy as np
 from dash import html
 
-from arldiag.dashboards import figures, queries
+from arldiag.dashboards import detectors_bridge, figures, queries
 from arldiag.dashboards.source import RunSource
 from arldiag.views._sql import table_rows
 
@@ -43,8 +43,6 @@ def resolve_step(source: RunSource, name: str, step: Any) -> int | None:
 
 def resolve_default(source: RunSource, name: str, step: Any) -> tuple[int | None, str]:
     """(step, why it was chosen) -- see resolve_step."""
-    from arldiag.dashboards import detectors_bridge
-
     if step not in (None, ""):
         try:
             return int(float(step)), ""

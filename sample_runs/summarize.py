@@ -28,7 +28,7 @@ EARLY, EARLY_POINTS = 150, 0.25  # the issue's learning check: +25 points of eva
 
 def summarize(run_dir: Path) -> dict:
     import arldiag
-    from arldiag.detectors.label import collapse_step_of, run_decline
+    from arldiag.label import collapse_step_of, run_decline
     from arldiag.report.data import actions_frame
 
     run = arldiag.open_run(str(run_dir))

@@ -13,10 +13,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from arldiag import config_defaults
+from arldiag.commands.eval_detect import load_labels
+from arldiag.detectors.risk import CALIBRATED, calibrated_risk
+from arldiag.evaluation import calibrate_steps as cs, calibrate_token
+from arldiag.store.reader import open_run
+
 
 def add_arguments(p) -> None:
-    from arldiag.evaluation import calibrate_token
-
     p.add_argument("run", nargs="+", help="imported dev runs (run directories, roots of runs, or globs)")
     p.add_argument("--profile", choices=PROFILES, default="steps",
                    help="steps: the step-scalar profile, on labelled runs (--labels); token: the token profile, on "
@@ -42,11 +46,6 @@ def main(args) -> int:
         raise ValueError("labels: --profile steps fits on labelled runs; give --labels FILE")
     from dataclasses import asdict
 
-    from arldiag.commands.eval_detect import load_labels
-    from arldiag.evaluation import calibrate_steps as cs
-    from arldiag.detectors.risk import CALIBRATED, calibrated_risk
-    from arldiag.store.reader import open_run
-
     labels = load_labels(args.labels)
     run = open_run(args.run if len(args.run) > 1 else args.run[0])
     missing = [n for n in run.names if n not in labels]
@@ -71,13 +70,12 @@ def main(args) -> int:
 
 
 def main_token(args) -> int:
-    from arldiag.detectors.risk import CALIBRATED
-    from arldiag.evaluation import calibrate_token
-
     out = calibrate_token.fit(args, write_docs=args.write)
     if args.write:
         path = Path(args.calibrated) if args.calibrated else CALIBRATED
         calibrate_token.store(out, path)
+        if path.resolve() == CALIBRATED.resolve():  # the shipped fit is the [risk] default: settings reads it as data
+            config_defaults.write()
     print(calibrate_token.printed(out))
     if args.write:
         print(f"wrote the token profile to {path}")

@@ -1,6 +1,9 @@
 """`arldiag compact RUN...`: merge a finished run's parts into one per table and rank (arldiag.store.compact)."""
 from __future__ import annotations
 
+from arldiag.store.compact import compact_run
+from arldiag.store.reader import resolve_run_dirs
+
 
 def add_arguments(p) -> None:
     p.add_argument("run", nargs="+", help="run directories or roots of runs")
@@ -8,9 +11,6 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from arldiag.store.compact import compact_run
-    from arldiag.store.reader import resolve_run_dirs
-
     for d in resolve_run_dirs(args.run):
         res = compact_run(d, force=args.force)
         n0, n1 = sum(r[0] for r in res.values()), sum(r[1] for r in res.values())

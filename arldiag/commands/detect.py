@@ -10,8 +10,14 @@ from __future__ import annotations
 
 import sys
 
-from arldiag.findings import level_steps, order_findings, severity_rank
+from arldiag.detectors import analyse
+from arldiag.findings import findings_to_json, level_steps, order_findings, severity_rank
+from arldiag.fleetrun.engine import add_engine_argument, run_all
+from arldiag.fleetrun.locate import locate_runs
+from arldiag.fleetrun.tasks import call, detect_error
 from arldiag.levels import ALERTING, SEVERITIES
+from arldiag.store.reader import open_run
+from arldiag.verdict import detector_warmup
 from arldiag.wording import plural
 
 
@@ -22,7 +28,6 @@ def add_arguments(p) -> None:
                    help="exit with code 1 when a finding reaches this severity")
     p.add_argument("--detectors", default=None, help="comma-separated detector names (default: all)")
     p.add_argument("--all", action="store_true", help="also list quiet and skipped detectors in the text output")
-    from arldiag.fleetrun.engine import add_engine_argument
 
     add_engine_argument(p)
 
@@ -30,15 +35,10 @@ def add_arguments(p) -> None:
 def main(args) -> int:
     import os
 
-    from arldiag.findings import findings_to_json
-
     names = [n.strip() for n in args.detectors.split(",") if n.strip()] if args.detectors else None
     if getattr(args, "engine", None) or os.environ.get("ARLDIAG_ENGINE"):
         findings, run_names, timeline, errors = fleet_detect(args.run, names, args.engine, not args.no_progress)
     else:
-        from arldiag.detectors import analyse
-        from arldiag.store.reader import open_run
-
         run = open_run(args.run if len(args.run) > 1 else args.run[0])
         findings, _, timeline = analyse(run, names)  # one replay per run for the findings and the alert states
         run_names, errors = run.names, {}
@@ -59,10 +59,6 @@ def fleet_detect(roots, detectors, engine: str | None, progress: bool = True):
     """(findings, run names, alert timeline, {run: error}) of every run under ``roots``, one task per run on the
     engine; the same findings, names and timeline as one ``analyse`` over ``open_run(roots)``."""
     import pandas as pd
-
-    from arldiag.fleetrun.engine import run_all
-    from arldiag.fleetrun.locate import locate_runs
-    from arldiag.fleetrun.tasks import call, detect_error
 
     refs = locate_runs(roots)
     res = run_all(call("detect_result", detectors), refs, engine, on_error=detect_error,
@@ -101,8 +97,6 @@ def _state_line(tl) -> str:
 
 
 def _print_text(findings, names, show_all: bool, timeline) -> None:
-    from arldiag.verdict import detector_warmup
-
     warmup = detector_warmup()
     for name in names:
         mine = order_findings([f for f in findings if f.run == name])

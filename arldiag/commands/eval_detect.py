@@ -1,10 +1,10 @@
 """`arldiag eval-detect RUN...`: the detection benchmark.
 
-Per run: the collapse step and recovered dips (the label of detectors.label), the warning episodes, the lead time
+Per run: the collapse step and recovered dips (the label of arldiag.label), the warning episodes, the lead time
 (collapse step - start of the episode still active at the collapse), false alarms and the share of steps in
 warning; over the set: recall at lead >= min_lead and >= 2 min_lead, false-alarm episodes per 100 healthy steps,
 the share of healthy steps in warning, the median lead and a NAB-style windowed score. The rules are those of
-detectors.scoring (docs/detectors.md "How alerts are scored"). A collapsing run passes when it is caught at
+arldiag.evaluation.scoring (docs/detectors.md "How alerts are scored"). A collapsing run passes when it is caught at
 min_lead (an early collapse: alarmed at or before it); a stable run passes without a false alarm.
 
 A run that does not collapse but plants faults on purpose (run.json ``config.injected_faults``: {detector: why},
@@ -24,6 +24,12 @@ import sys
 from arldiag.evaluation.evaluate import (SPLITS, evaluate, injected_faults, load_labels,  # noqa: F401 (API)
                                          score_evaluation, select_split, split_of)
 from arldiag.evaluation.scoring import ScoreConfig, episodes, score_run, summarize  # noqa: F401 (API)
+from arldiag.detectors.risk import calibrated_model
+from arldiag.evaluation.evaluate import summary_of
+from arldiag.fleetrun.engine import add_engine_argument, run_all
+from arldiag.fleetrun.locate import locate_runs
+from arldiag.fleetrun.tasks import call, eval_error
+from arldiag.store.reader import open_run
 
 
 def add_arguments(p) -> None:
@@ -46,7 +52,6 @@ def add_arguments(p) -> None:
     p.add_argument("--precursors", type=int, default=0, metavar="K",
                    help="for each collapsing run, also list the K step metrics that moved most in the window from "
                         "20 to 10 steps before the collapse (z against the 40 steps before that)")
-    from arldiag.fleetrun.engine import add_engine_argument
 
     add_engine_argument(p)
 
@@ -73,12 +78,6 @@ def summary_line(s: dict) -> str:
 def fleet_evaluate(args, labels: dict | None) -> dict:
     """``evaluate`` over every run under ``args.run``, one task per run on ``args.engine``: the same rows and summary
     as ``evaluate(open_run(args.run), ...)``, plus ``errors`` when a run could not be scored."""
-    from arldiag.detectors.risk import calibrated_model
-    from arldiag.evaluation.evaluate import summary_of
-    from arldiag.fleetrun.engine import run_all
-    from arldiag.fleetrun.locate import locate_runs
-    from arldiag.fleetrun.tasks import call, eval_error
-
     cfg = ScoreConfig(min_lead=args.min_lead, alarm_gap=args.alarm_gap, window=args.window)
     risk = calibrated_model() if args.risk is None else args.risk
     options = {"min_lead": args.min_lead, "alarm_gap": args.alarm_gap, "window": args.window, "risk": risk,
@@ -96,8 +95,6 @@ def fleet_evaluate(args, labels: dict | None) -> dict:
 
 
 def main(args) -> int:
-    from arldiag.store.reader import open_run
-
     import os
 
     labels = load_labels(args.labels) if getattr(args, "labels", None) else None

@@ -12,11 +12,13 @@ import argparse
 import json
 import sys
 
+from arldiag.fleetrun.engine import add_engine_argument, engine_name, get_engine
+from arldiag.fleetrun.locate import locate_runs
+from arldiag.fleetrun.stats import BYS, STATS, finish, get_stat, local_query, ray_partials
+from arldiag.store.reader import CorruptPartWarning
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from arldiag.fleetrun.engine import add_engine_argument
-    from arldiag.fleetrun.stats import BYS, STATS
-
     p.add_argument("root", nargs="+", help="folders of runs, run directories, globs or an s3:// URL")
     p.add_argument("--stat", required=True, choices=list(STATS), help="the statistic (docs/scale.md)")
     p.add_argument("--by", choices=BYS, default="run", help="group by step (across runs), run or algorithm")
@@ -26,10 +28,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def fleet_stats(roots, stat_name: str, by: str, engine: str | None = None) -> dict:
     """The statistic's JSON: {stat, by, groups: [{<by>: key, ...values}], runs, skipped_runs, skipped_parts}."""
-    from arldiag.fleetrun.engine import engine_name, get_engine
-    from arldiag.fleetrun.locate import locate_runs
-    from arldiag.fleetrun.stats import finish, get_stat, local_query, ray_partials
-
     stat = get_stat(stat_name)
     refs = locate_runs(roots)
     good = [r for r in refs if r.manifest_error is None]
@@ -44,8 +42,6 @@ def fleet_stats(roots, stat_name: str, by: str, engine: str | None = None) -> di
             eng.close()
     else:
         import warnings
-
-        from arldiag.store.reader import CorruptPartWarning
 
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", CorruptPartWarning)

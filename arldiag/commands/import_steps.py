@@ -16,6 +16,16 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
+from arldiag.aliases import TASK_SCORE, is_validation, score_bounds
+from arldiag.collectors.collector import Collector
+from arldiag.collectors.verl import stable_ids
+from arldiag.detectors.batch import log_interval
+from arldiag.detectors.registry import REGISTRY
+from arldiag.importers import FORMATS, IMPORTERS, STEP_FORMATS, guess_format
+from arldiag.importers.steps import (STEP_COLUMNS, apply_plan, column_values, find_step_column, is_training, load_steps,
+                                     name_plan)
+from arldiag.importers.tensorboard import has_event_files
+from arldiag.schema import STEP_METRIC_NAMES
 from arldiag.wording import plural
 
 DEFAULT_CLIP = (0.2, 0.2)  # the token clip range stored when --clip is not given (GRPO's usual eps)
@@ -23,8 +33,6 @@ DEFAULTS_KEY = "not_recorded"  # run.json config: the manifest settings that are
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from arldiag.importers import FORMATS
-
     parser.add_argument("source", nargs="+", metavar="[FORMAT] PATH",
                         help=f"FORMAT is one of {', '.join(FORMATS)} (default: csv/jsonl from the file suffix); "
                              "PATH a file, or a folder for tensorboard and trl-completions")
@@ -62,12 +70,6 @@ def import_steps(file: str, out: str, step_column: str | None = None, fmt: str |
     """Write ``file``'s step metrics into a run store at ``out``; returns the number of steps written.
     Logged names are renamed to arldiag's (``name_plan``: the alias table) unless ``keep_names``; ``rename`` wins
     over both."""
-    from arldiag.collectors.collector import Collector
-    from arldiag.importers import IMPORTERS, STEP_FORMATS, guess_format
-    from arldiag.importers.steps import (STEP_COLUMNS, apply_plan, column_values, find_step_column, is_training,
-                                         load_steps, name_plan)
-    from arldiag.importers.tensorboard import has_event_files
-
     path = Path(file)
     if not path.exists():
         raise ValueError(f"file: {file!r} does not exist")
@@ -106,7 +108,6 @@ def import_steps(file: str, out: str, step_column: str | None = None, fmt: str |
     if loaded.never_numeric:
         print(f"arldiag import: skipped non-numeric column(s): {', '.join(sorted(loaded.never_numeric))}",
               file=sys.stderr)
-    from arldiag.detectors.batch import log_interval
 
     interval = log_interval(sorted(s for s, m in steps.items() if is_training(m)))
     config = {"imported_from": str(path), "import_format": fmt,
@@ -128,11 +129,6 @@ def import_steps(file: str, out: str, step_column: str | None = None, fmt: str |
 def report_mapping(columns: list[str], plan: Mapping[str, str], copies: Mapping[str, str],
                    steps: Mapping[int, Mapping[str, float]], interval: int) -> None:
     """Print what was mapped, the task score and its scale, what was not recognised and which detectors run."""
-    from arldiag.aliases import TASK_SCORE, is_validation, score_bounds
-    from arldiag.detectors.registry import REGISTRY
-    from arldiag.importers.steps import is_training
-    from arldiag.schema import STEP_METRIC_NAMES
-
     out = sys.stderr
     n_val = sum(1 for m in steps.values() if not is_training(m))
     print(f"arldiag import: {len(steps)} logged points, one every {interval} optimizer step(s)"
@@ -180,8 +176,6 @@ def _check_new_run(out: str) -> None:
 
 def report_missing(metrics: set[str], tables: tuple[str, ...]) -> None:
     """Say what the imported run lacks: the tables no importer can fill, and arldiag's step metrics it has."""
-    from arldiag.schema import STEP_METRIC_NAMES
-
     have = sorted(m for m in STEP_METRIC_NAMES if m in metrics)
     print(f"arldiag import: missing tables {', '.join(tables)} (token/sequence detectors and the offender list "
           f"will report no data); arldiag step metrics present: {', '.join(have) or 'none'}", file=sys.stderr)
@@ -192,10 +186,6 @@ def import_rollouts(path: str, out: str, name: str | None = None, algorithm: str
     """A rollout importer's rows (TRL's completions Parquet files) -> rollout rows (groups by prompt within a step,
     rewards, texts)."""
     import numpy as np
-
-    from arldiag.collectors.collector import Collector
-    from arldiag.collectors.verl import stable_ids
-    from arldiag.importers import IMPORTERS
 
     p = Path(path)
     if not p.exists():
@@ -232,8 +222,6 @@ import_trl_completions = import_rollouts  # the name before other rollout format
 
 
 def parse_source(source: list[str], fmt: str | None) -> tuple[str | None, str]:
-    from arldiag.importers import FORMATS
-
     if len(source) == 2:
         if source[0] not in FORMATS:
             raise ValueError(f"format: {source[0]!r} is not a format; choose from {', '.join(FORMATS)}")
@@ -246,8 +234,6 @@ def parse_source(source: list[str], fmt: str | None) -> tuple[str | None, str]:
 
 
 def _kind(fmt: str) -> str:
-    from arldiag.importers import IMPORTERS
-
     return IMPORTERS[fmt].kind
 
 

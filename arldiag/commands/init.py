@@ -5,6 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from arldiag.config_defaults import render_default_file
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", nargs="?", default="arldiag.toml", help="file to write (default: arldiag.toml)")
@@ -12,8 +14,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from arldiag.settings import render_default_file
-
     p = Path(args.path)
     if p.exists() and not args.force:
         print(f"arldiag init: error: path: {str(p)!r} exists; pass --force to overwrite", file=sys.stderr)

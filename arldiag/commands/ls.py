@@ -7,10 +7,13 @@ import argparse
 import json
 import math
 
+from arldiag.fleet import ERROR, format_table
+from arldiag.fleetrun.engine import add_engine_argument, run_all
+from arldiag.fleetrun.locate import locate_runs
+from arldiag.fleetrun.tasks import ls_error, ls_row
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from arldiag.fleetrun.engine import add_engine_argument
-
     p.add_argument("root", nargs="+", help="folder of runs (searched recursively), one run directory, a glob or an "
                                            "s3:// URL (several allowed)")
     p.add_argument("--json", action="store_true", help="print a JSON list with one object per run")
@@ -24,10 +27,6 @@ def _clean(v):
 def fleet_rows(roots, engine: str | None = None, progress: bool = False) -> list[dict]:
     """The rows of every run under ``roots``, sorted by name, on the chosen engine. Raises the first error when no
     run could be opened (a path that holds no run raises FileNotFoundError before any task)."""
-    from arldiag.fleetrun.engine import run_all
-    from arldiag.fleetrun.locate import locate_runs
-    from arldiag.fleetrun.tasks import ls_error, ls_row
-
     refs = locate_runs(roots)
     rows = run_all(ls_row, refs, engine, on_error=ls_error, progress=progress, desc="ls")
     failed = [r for r in rows if r.pop("_open_failed", False)]
@@ -38,8 +37,6 @@ def fleet_rows(roots, engine: str | None = None, progress: bool = False) -> list
 
 def main(args: argparse.Namespace) -> int:
     import sys
-
-    from arldiag.fleet import ERROR, format_table
 
     # a bad path (or a root whose every run is broken) raises: the dispatcher prints it on one line
     rows = fleet_rows(args.root, args.engine, progress=not args.no_progress and sys.stderr.isatty())

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import sys
 
+from arldiag.store.reader import open_run
+
 
 def add_arguments(p) -> None:
     p.add_argument("run", help="run directory, a root of runs, or a glob")
@@ -13,8 +15,6 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     import duckdb
-
-    from arldiag.store.reader import open_run
 
     run = open_run(args.run)
     try:

@@ -14,12 +14,14 @@ import re
 import sys
 from pathlib import Path
 
+from arldiag.fleetrun.engine import add_engine_argument, get_engine
+from arldiag.fleetrun.locate import locate_runs
+from arldiag.fleetrun.tasks import call, report_error
+
 FORMATS = ("md", "json", "html")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from arldiag.fleetrun.engine import add_engine_argument
-
     p.add_argument("root", nargs="+", help="folders of runs, run directories, globs or s3:// URLs")
     p.add_argument("--out", required=True, metavar="DIR", help="folder the reports are written to (created)")
     p.add_argument("--format", choices=FORMATS, default="md", help="report format (default md)")
@@ -34,10 +36,6 @@ def file_name(label: str, fmt: str) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from arldiag.fleetrun.engine import get_engine
-    from arldiag.fleetrun.locate import locate_runs
-    from arldiag.fleetrun.tasks import call, report_error
-
     if args.max_points < 10:
         raise ValueError(f"--max-points must be >= 10, got {args.max_points}")
     out = Path(args.out)

@@ -13,8 +13,11 @@ from __future__ import annotations
 import sys
 import time
 
+from arldiag.alerts import RunAlertWriter, WebhookSink
 from arldiag.levels import SEVERITIES
-from arldiag.store.location import join
+from arldiag.monitor import Monitor
+from arldiag.store.location import StoreRoot, join
+from arldiag.store.reader import open_run
 
 STATE_FILE = ".arldiag-watch.json"
 
@@ -44,9 +47,6 @@ class Watcher:
 
     def __init__(self, run, name: str, sinks, restart: bool = False, min_severity: str = "watch",
                  save_state: bool = True) -> None:
-        from arldiag.monitor import Monitor
-        from arldiag.store.location import StoreRoot
-
         self.run, self.name = run, name
         self.loc = StoreRoot(run.paths[name])  # a local folder or an s3:// prefix: the state file lives there
         self.monitor = Monitor(sinks=sinks, source="watch", run=name, min_severity=min_severity)
@@ -116,9 +116,6 @@ class Watcher:
 
 
 def main(args) -> int:
-    from arldiag.alerts import RunAlertWriter
-    from arldiag.store.reader import open_run
-
     if args.interval <= 0:
         raise ValueError(f"--interval must be > 0, got {args.interval}")
     t0 = time.monotonic()
@@ -143,8 +140,6 @@ def main(args) -> int:
             writers.append(w)
             sinks.append(w)
         if args.webhook:
-            from arldiag.alerts import WebhookSink
-
             sinks.append(WebhookSink(args.webhook))
         watchers.append(Watcher(run, name, sinks, args.restart, args.min_severity, save_state=not args.no_store))
     try:

@@ -216,31 +216,3 @@ def with_actions(settings: Mapping[str, Any], outcomes: Iterable[Any]) -> dict[s
         if isinstance(after, Mapping):
             out.update(after)
     return out
-
-
-def advise(detector: str, config: Config | None, default: str = "") -> str:
-    """The detector's advice fitted to ``config``; ``default`` (its generic text) when the config is unknown or
-    the detector has no remedy list."""
-    from arldiag.detectors.registry import REGISTRY  # the detectors declare their remedies (and import this module)
-
-    d = REGISTRY.get(detector)
-    remedies = d.remedies if d is not None else ()
-    if not remedies or not config:
-        return default
-    parts, already = [], []
-    trainer = config.get("trainer")
-    for r in remedies:
-        has = r.has(config) if r.has is not None else None
-        if has is None:
-            parts.append(r.render(trainer))
-        else:
-            already.append(has)
-            if r.instead:
-                parts.append(r.instead.format(has=has))
-    if not parts:
-        return default
-    text = "; ".join(parts)
-    text = text[0].upper() + text[1:] + "."
-    if already:
-        text += " (Already in this run's config: " + ", ".join(dict.fromkeys(already)) + ".)"
-    return text

@@ -14,9 +14,10 @@ from arldiag.detectors.advice import settings_of, with_actions
 from arldiag.detectors.base import Detector
 from arldiag.detectors.engine import Evaluator
 from arldiag.detectors.risk import RiskConfig
-from arldiag.evaluation.label import (EVAL_COLUMN, FORMAT_COLUMNS, REWARD_COLUMN, SCORE_COLUMN, SUCCESS_COLUMNS,
-                                      run_decline, run_events)
 from arldiag.findings import Finding
+from arldiag.label import (EVAL_COLUMN, FORMAT_COLUMNS, REWARD_COLUMN, SCORE_COLUMN, SUCCESS_COLUMNS, run_decline,
+                           run_events)
+from arldiag.store.reader import open_run
 
 TOP_SEQUENCES = 5
 _SEQ_COLUMNS = ("step", "update", "rank", "sample_id", "group_id", "turn", "n_tokens", "advantage", "seq_ratio",
@@ -28,7 +29,6 @@ def as_run(run):
     """Accept an open Run or anything ``open_run`` accepts (a path, a glob, a list of them)."""
     if hasattr(run, "names") and hasattr(run, "sql"):
         return run
-    from arldiag.store.reader import open_run
 
     return open_run(run)
 
@@ -178,7 +178,7 @@ def _outcomes(frame) -> dict:
 
 
 def events_of(frame, **rule: Any) -> tuple[int | None, list[tuple[int, int]]]:
-    """(collapse step, recovered dips) of one run's steps frame under the documented label (detectors.label);
+    """(collapse step, recovered dips) of one run's steps frame under the documented label (arldiag.label);
     keyword args override the rule."""
     if not len(frame):
         return None, []
@@ -186,14 +186,14 @@ def events_of(frame, **rule: Any) -> tuple[int | None, list[tuple[int, int]]]:
 
 
 def decline_of(frame, **rule: Any) -> int | None:
-    """The step at which a run that did not collapse declined (detectors.label.run_decline), or None."""
+    """The step at which a run that did not collapse declined (arldiag.label.run_decline), or None."""
     if not len(frame):
         return None
     return run_decline(frame["step"].tolist(), _outcomes(frame), **rule)
 
 
 def label_of(frame, **rule: Any) -> int | None:
-    """The documented collapse label (detectors.label) of one run's steps frame; keyword args override the rule."""
+    """The documented collapse label (arldiag.label) of one run's steps frame; keyword args override the rule."""
     return events_of(frame, **rule)[0]
 
 
@@ -226,13 +226,13 @@ def alert_timeline(run, names=None, risk: RiskConfig | None = None):
 
 
 def collapse_step(run, **rule: Any) -> dict[str, int | None]:
-    """The documented collapse label (detectors.label) per run name; keyword args override the rule defaults."""
+    """The documented collapse label (arldiag.label) per run name; keyword args override the rule defaults."""
     run = as_run(run)
     return {name: label_of(steps_frame(run, name), **rule) for name in run.names}
 
 
 def decline_step(run, **rule: Any) -> dict[str, int | None]:
-    """The decline step (detectors.label.run_decline) per run name: None for a run that collapsed or did not
+    """The decline step (arldiag.label.run_decline) per run name: None for a run that collapsed or did not
     decline."""
     run = as_run(run)
     return {name: decline_of(steps_frame(run, name), **rule) for name in run.names}

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from arldiag.detectors.base import LOOP_ROLES, Detector
+from arldiag.detectors.base import Detector, LOOP_ROLES
+from arldiag.detectors.registry import REGISTRY
 from arldiag.docblocks import main, replace_block
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "detectors.md"
@@ -40,8 +41,6 @@ def section(d: Detector) -> str:
 
 def render() -> str:
     """The text between the catalog markers: one section per registered detector, in registry order."""
-    from arldiag.detectors.registry import REGISTRY
-
     return "\n\n".join(section(d) for d in REGISTRY.values())
 
 

@@ -17,9 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from arldiag.aliases import TASK_SCORE
-from arldiag.detectors.label import EVAL_COLUMN, REWARD_COLUMN
-from arldiag.detectors.window import (Window, count_finite, early_baseline, robust_noise, running_max, slope,
-                                      tail_mean)
+from arldiag.detectors.window import Window, count_finite, early_baseline, robust_noise, running_max, slope, tail_mean
+from arldiag.label import EVAL_COLUMN, REWARD_COLUMN
 
 BATCH_COLUMNS = ("success_rate", "success_frac")
 # REWARD_COLUMN, the last resort, for trainers that log no success flag (TRL, most verl recipes): the mean reward,

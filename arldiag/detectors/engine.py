@@ -14,14 +14,15 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from arldiag.aliases import VAL_SCORE, is_validation
-from arldiag.detectors.advice import advise
-from arldiag.detectors.base import LEVELS, Detector, Signal
+from arldiag.detectors.base import Detector, LEVELS, Signal
 from arldiag.detectors.context import OUTCOME_COLUMNS, OutcomeTracker
-from arldiag.detectors.registry import resolve
+from arldiag.detectors.learned import FEATURE_METRICS, LearnedRisk
+from arldiag.detectors.registry import advise, configured, resolve
 from arldiag.detectors.risk import (AlertState, Corroboration, RiskConfig, calibrated_model, calibrated_risk,
-                                    combine_risk, detector_levels, level_of, profile_of)
+                                    combine_risk, detector_levels, level_of, profile_of, risk_for)
 from arldiag.detectors.window import Window, as_float
 from arldiag.findings import Finding
+from arldiag.settings import active
 
 WINDOW_SIZE = 32
 RISK_MODELS = ("rules", "learned")
@@ -84,15 +85,13 @@ class Evaluator:
             raise ValueError(f"risk_model must be one of {', '.join(RISK_MODELS)}, got {risk_model!r}")
         # without detectors or risk settings handed in, the active arldiag.toml / environment decides (one
         # configuration for every command, the Monitor and the integrations: arldiag.settings.active)
-        # ``settings`` (an arldiag.settings.Settings, e.g. Settings.monitor's own) stands for the active one
+        # ``settings`` (an arldiag.settings.Settings, e.g. monitor_of's own) stands for the active one
         self.settings = settings
         if self.settings is None and (detectors is None or risk is None):
-            from arldiag.settings import active
-
             self.settings = active()
         if self.settings is not None:
             if detectors is None and self.settings.detectors_changed():
-                detectors = self.settings.detectors()
+                detectors = configured(self.settings)
         self.detectors: list[Detector] = resolve(detectors)
         self.config = dict(config or {})  # the run's settings (advice.settings_of): recommendations fit them
         cols = dict.fromkeys([c for d in self.detectors for c in d.columns] + list(OUTCOME_COLUMNS) + [VAL_SCORE])
@@ -100,7 +99,6 @@ class Evaluator:
         self.outcome = OutcomeTracker()
         self.learned = None
         if risk_model == "learned":  # detectors.learned: a logistic model over windowed step features
-            from arldiag.detectors.learned import FEATURE_METRICS, LearnedRisk
 
             self.learned = LearnedRisk()
             self.window = Window(dict.fromkeys(list(cols) + list(FEATURE_METRICS)), window_size)
@@ -128,7 +126,7 @@ class Evaluator:
         self.last_risk = 0.0
 
     def _profile_risk(self, profile: str) -> RiskConfig:
-        return self.settings.risk_for(profile) if self.settings is not None else calibrated_risk(profile=profile)
+        return risk_for(self.settings, profile) if self.settings is not None else calibrated_risk(profile=profile)
 
     def _new_alert(self, interval: int) -> None:
         """The alert state and its corroboration gate for the current risk settings, in logged points."""

@@ -16,7 +16,7 @@ must not wait).
 Why independent latches: each latch is a monotone function of its own threshold. Lowering T_L only adds points
 where the risk reaches it and removes points that count as calm, so the latch is open on a superset of steps, and
 the first watch or warning can only come earlier (an earlier design carried the state of one level into the next
-and was not monotone). For the same reason ``Settings.risk_for`` changes the elements of ``enter`` a user set, not
+and was not monotone). For the same reason ``risk_for`` changes the elements of ``enter`` a user set, not
 the whole triple (``with_changes``).
 
 Corroboration (step-scalar profile, ``corroborate``): while the task score holds at its peak and keeps its trend,
@@ -148,6 +148,18 @@ def calibrated_risk(path: Path = CALIBRATED, profile: str = "tokens") -> RiskCon
     fields = (data.get(key) or {}) if data.get("apply") is True else {}
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
     return RiskConfig(**fields)
+
+
+def risk_of(settings) -> RiskConfig:
+    """The [risk] section of an arldiag.settings.Settings as a RiskConfig (every field as the settings give it)."""
+    return RiskConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in settings.values["risk"].items()})
+
+
+def risk_for(settings, profile: str) -> RiskConfig:
+    """The risk settings of a profile ("tokens" or "steps", PROFILES) under an arldiag.settings.Settings: its
+    calibrated fit with the settings' changes applied on top, each relative to the shipped (token) settings the file
+    shows (RiskConfig.with_changes: of ``enter``, only the thresholds the user changed)."""
+    return calibrated_risk(profile=profile).with_changes(settings.risk_changes(), calibrated_risk())
 
 
 def calibrated_model(path: Path = CALIBRATED) -> str:

@@ -2,7 +2,6 @@
 
 Behind `arldiag eval-detect` and `arldiag calibrate` (arldiag/commands/); benchmarks/ keeps thin scripts over it.
 
-- ``label.py``: the collapse label of a run (collapse step, recovered dips, decline) from its task score;
 - ``scoring.py``: episodes, lead time, false alarms, recall and the NAB-style score of an alert timeline;
 - ``evaluate.py``: ``evaluate(run)``: every run replayed, labelled (or a labels file) and scored;
 - ``precursors.py``: the step metrics that moved most before a collapse;
@@ -12,6 +11,6 @@ Behind `arldiag eval-detect` and `arldiag calibrate` (arldiag/commands/); benchm
 - ``results.py``: the generated detection sections of the docs; ``peer_rlwatch.py``: rlwatch's defaults on the
   same runs; ``ceiling.py``: the one-metric zero-false-alarm ceiling.
 
-Importing this package loads nothing. ``detectors.batch`` imports ``label`` (the label is also what ``detect``
-reports), so ``label`` imports nothing from ``arldiag.detectors``.
+Importing this package loads nothing. The collapse label it scores against is ``arldiag.label``, below both this
+package and ``arldiag.detectors`` (``detect`` reports the label too).
 """

@@ -21,8 +21,10 @@ import itertools
 from dataclasses import dataclass, replace
 
 from arldiag.detectors.base import LEVELS
+from arldiag.detectors.batch import evaluate_run
 from arldiag.detectors.registry import REGISTRY
 from arldiag.detectors.risk import AlertState, Corroboration, RiskConfig, combine_risk, detector_levels
+from arldiag.evaluation.evaluate import split_of
 from arldiag.evaluation.scoring import ScoreConfig, score_run
 
 # Demoted from the start in this profile: a one-point spike in a step log gives a lead of one or two logged points
@@ -58,9 +60,6 @@ class Replay:
 
 def replay(run, name: str, label: dict) -> Replay:
     """Per-step detector levels of one run (the batch evaluator's replay), with its label."""
-    from arldiag.evaluation.evaluate import split_of
-    from arldiag.detectors.batch import evaluate_run
-
     if split_of(run, name) == "heldout":
         raise ValueError(f"run: {name!r} is a held-out run (run.json split); calibration reads dev runs only")
     levels: list[dict[str, int]] = []

@@ -48,6 +48,19 @@ from pathlib import Path
 
 import numpy as np
 
+from arldiag.detectors import Evaluator, decline_of, events_of
+from arldiag.detectors.base import LEVELS
+from arldiag.detectors.batch import steps_frame
+from arldiag.detectors.learned import FEATURE_METRICS, FEATURE_NAMES, FeatureState, sigmoid
+from arldiag.detectors.risk import AlertState, RiskConfig, risk_series
+from arldiag.detectors.window import Window
+from arldiag.evaluation import results as dr
+from arldiag.evaluation.evaluate import injected_faults, split_of
+from arldiag.evaluation.peer_rlwatch import rlwatch_timeline
+from arldiag.evaluation.scoring import ScoreConfig, score_run, summarize
+from arldiag.store.reader import open_run
+from arldiag.synth import write_synth
+
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: the docs --write regenerates
 
 PRE = 30          # positives: the PRE steps up to the collapse step
@@ -69,13 +82,6 @@ def objective(s: dict) -> float:
 
 def replay(run, name: str) -> dict:
     """One pass over a run: per-step detector levels, learned features, the label and the steps frame."""
-    from arldiag.evaluation.evaluate import injected_faults
-    from arldiag.detectors import Evaluator, decline_of, events_of
-    from arldiag.detectors.batch import steps_frame
-    from arldiag.detectors.learned import FEATURE_METRICS, FeatureState
-    from arldiag.detectors.risk import RiskConfig
-    from arldiag.detectors.window import Window
-
     frame = steps_frame(run, name)
     ev = Evaluator(risk=RiskConfig(), risk_model="rules")
     fw, fs = Window(FEATURE_METRICS, 32), FeatureState()
@@ -101,8 +107,6 @@ def _check_dev(runs) -> None:
 
 
 def score_rows(runs, states_per_run) -> list[dict]:
-    from arldiag.evaluation.scoring import ScoreConfig, score_run
-
     cfg = ScoreConfig()
     return [dict(score_run(r["steps"], st, r["collapse"], r["dips"], dict(zip(r["steps"], r["tops"])),
                            tuple(r["faults"]), cfg, decline=r.get("decline")), run=r["name"])
@@ -110,8 +114,6 @@ def score_rows(runs, states_per_run) -> list[dict]:
 
 
 def summarize_rows(rows) -> dict:
-    from arldiag.evaluation.scoring import ScoreConfig, summarize
-
     s = summarize(rows, ScoreConfig())
     coll = [r for r in rows if r["kind"] == "collapse"]
     # R0: an alarm active at the collapse step (lead >= 0), however short
@@ -125,14 +127,10 @@ def score_states(runs, states_per_run) -> dict:
 
 
 def rule_states(runs, rc) -> list[list[str]]:
-    from arldiag.detectors.risk import risk_series
-
     return [[st for _, st in risk_series(r["levels"], rc)] for r in runs]
 
 
 def risk_config(enter_steps: int, warning: float, exit_steps: int, demote=(), critical_steps: int = 1):
-    from arldiag.detectors.risk import RiskConfig
-
     return RiskConfig(enter=(0.25, warning, max(0.8, warning)), enter_steps=enter_steps, exit_steps=exit_steps,
                       demote=tuple(sorted(demote)), critical_steps=critical_steps)
 
@@ -187,8 +185,6 @@ def _grid(runs, demote) -> list[tuple]:
 
 
 def training_set(runs):
-    from arldiag.evaluation.scoring import ScoreConfig
-
     w = ScoreConfig().window
     X, y = [], []
     for r in runs:
@@ -229,10 +225,6 @@ def fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = L2) -> tuple[np.ndarr
 
 
 def learned_states(runs, wv, b) -> list[list[str]]:
-    from arldiag.detectors.base import LEVELS
-    from arldiag.detectors.learned import sigmoid
-    from arldiag.detectors.risk import AlertState, RiskConfig
-
     out = []
     for r in runs:
         st = AlertState(RiskConfig())  # the Evaluator's hysteresis for the learned score (engine.Evaluator)
@@ -241,8 +233,6 @@ def learned_states(runs, wv, b) -> list[list[str]]:
 
 
 def fit_learned(runs) -> tuple[dict, dict]:
-    from arldiag.detectors.learned import FEATURE_NAMES
-
     _check_dev(runs)
     runs = [r for r in runs if not r["faults"]]
     # L2 and the alarm threshold by leave-one-run-out on dev: each run is scored by a model fitted on the other dev
@@ -296,9 +286,6 @@ def synthetic_check(rc, wv, bias, tmp: Path | None = None) -> dict[str, bool]:
     cannot: a model that is only quiet (it alarms at none of the suite's few collapses) fails it."""
     import tempfile
 
-    from arldiag.store.reader import open_run
-    from arldiag.synth import write_synth
-
     with tempfile.TemporaryDirectory() as d:
         out = Path(tmp or d) / "synthetic_collapse"
         write_synth(out, tokens=2_000_000, steps=100, collapse_at=SYNTH_COLLAPSE_AT, token_sample_rate=0.01)
@@ -334,8 +321,6 @@ def choose_default(held_rules: dict, held_learned: dict, dev_learned: dict | Non
 
 def load_runs(run, stand_in, cache: Path | None) -> tuple[list[dict], bool]:
     """Replay every run that has a split (or a stand-in one); ``cache``: reuse a pickle of the same runs."""
-    from arldiag.evaluation.evaluate import split_of
-
     split, used_stand_in = {}, False
     for name in run.names:
         sp = split_of(run, name)
@@ -410,8 +395,6 @@ def calibrate(runs, used_stand_in: bool = False, stand_in=(), apply: bool = Fals
 
 def peer(runs, states: list[list[str]], hold: int = 10) -> dict:
     """rlwatch 0.5.1 (defaults) beside arldiag's shipped model, per split, on the same runs and labels."""
-    from arldiag.evaluation.peer_rlwatch import rlwatch_timeline
-
     rl_states = [[st for _, _, st, _ in rlwatch_timeline(r["frame"], hold)] for r in runs]
     ours, theirs = score_rows(runs, states), score_rows(runs, rl_states)
     out = {"hold": hold}
@@ -439,8 +422,6 @@ def add_arguments(p) -> None:
 def fit(args, write_docs: bool) -> dict:
     """The content of calibrated.json for the runs of ``args.run`` (plus, with ``write_docs``, rlwatch on the same
     runs and the regenerated sections of ``args.docs`` and ``args.readme``)."""
-    from arldiag.store.reader import open_run
-
     run = open_run(args.run if len(args.run) > 1 else args.run[0])
     stand_in = [n for n in args.stand_in_heldout.split(",") if n]
     unknown = set(stand_in) - set(run.names)
@@ -451,8 +432,6 @@ def fit(args, write_docs: bool) -> dict:
     out.pop("_rows")
     states = out.pop("_states")
     if write_docs:
-        from arldiag.evaluation import results as dr
-
         pr = peer(runs, states[out["default_model"]])
         out["peer_rlwatch"] = {k: v for k, v in pr.items() if k != "_rows"}
         source = shlex.join(str(a) for a in args.run)

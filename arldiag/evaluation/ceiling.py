@@ -6,7 +6,7 @@ For every numeric step metric and direction (up, down), two one-metric detectors
 - LEVEL: the value itself;
 - Z: the value against the mean and standard deviation of the previous BASE steps (at least MIN_PERIODS of them).
 Each gets the lowest threshold that at most ``allow`` stable runs (neither a collapse nor a decline,
-detectors.label) exceed after WARMUP steps, and it *warns ahead* of a collapse at step c when it exceeds that
+arldiag.label) exceed after WARMUP steps, and it *warns ahead* of a collapse at step c when it exceeds that
 threshold somewhere in [max(WARMUP, c - FAR), c - NEAR]. Collapses before WARMUP + NEAR are left out.
 
 The threshold is chosen on the very runs it is scored on and a detector would still have to keep warning until the
@@ -22,6 +22,11 @@ import sys
 from dataclasses import dataclass
 
 import numpy as np
+
+from arldiag.detectors import decline_of, events_of
+from arldiag.detectors.batch import steps_frame
+from arldiag.evaluation.evaluate import select_split
+from arldiag.store.reader import open_run
 
 
 BASE, MIN_PERIODS = 40, 10   # Z: the trailing baseline (steps before t, t excluded)
@@ -69,10 +74,6 @@ def ceiling(stable: list[tuple[np.ndarray, np.ndarray]], collapsing: list[tuple[
 
 def load(run, split: str | None) -> tuple[dict, list[str], dict[str, int]]:
     """({run name: steps frame}, stable names, {collapsing run: collapse step}) of the runs in ``split``."""
-    from arldiag.evaluation.evaluate import select_split
-    from arldiag.detectors import decline_of, events_of
-    from arldiag.detectors.batch import steps_frame
-
     frames, stable, collapsing = {}, [], {}
     for name in select_split(run, split):
         f = steps_frame(run, name)
@@ -123,7 +124,6 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     allows = tuple(int(x) for x in a.allow.split(","))
-    from arldiag.store.reader import open_run
 
     run = open_run(a.run if len(a.run) > 1 else a.run[0])
     frames, stable, collapsing = load(run, a.split)

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 
+from arldiag.detectors import decline_of, evaluate_run, events_of
+from arldiag.detectors.risk import calibrated_model
+from arldiag.evaluation.precursors import precursor_scan
 from arldiag.evaluation.scoring import ScoreConfig, episodes, score_run, summarize
 from arldiag.levels import ALERTING
 from arldiag.verdict import verdict_of
@@ -106,8 +109,6 @@ def evaluate(run, min_lead: int = 10, alarm_gap: int = 20, precursors: int = 0, 
              window: int = 40, risk: str | None = None, names=None, labels: dict | None = None) -> dict:
     """Score the runs (``names``: a subset of run.names, else those of ``split``, else all); ``labels``
     (``load_labels``) replaces arldiag's own label for the runs it names."""
-    from arldiag.detectors.risk import calibrated_model
-
     cfg = ScoreConfig(min_lead=min_lead, alarm_gap=alarm_gap, window=window)
     risk = calibrated_model() if risk is None else risk
     rows = [score_one(run, name, cfg, risk, precursors, split, labels)
@@ -118,9 +119,6 @@ def evaluate(run, min_lead: int = 10, alarm_gap: int = 20, precursors: int = 0, 
 def score_one(run, name: str, cfg: ScoreConfig, risk, precursors: int = 0, split: str | None = None,
               labels: dict | None = None) -> dict:
     """The eval-detect row of run ``name`` (one replay); a fleet task (arldiag.fleetrun.tasks) calls it per run."""
-    from arldiag.detectors import decline_of, evaluate_run, events_of
-    from arldiag.evaluation.precursors import precursor_scan
-
     re = evaluate_run(run, name, risk_model=risk)
     lab = (labels or {}).get(name)
     interval = re.evaluator.interval  # the batch evaluator's (batch.log_interval)

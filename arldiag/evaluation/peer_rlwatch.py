@@ -1,5 +1,5 @@
 """arldiag beside a public peer, rlwatch 0.5.1 with its default configuration, on the same runs and the same scoring
-(`arldiag eval-detect`, detectors.scoring).
+(`arldiag eval-detect`, evaluation.scoring).
 
     pip install "arldiag[peer]"        # rlwatch==0.5.1
     python benchmarks/peer_rlwatch.py sample_runs [--split dev|heldout] [--hold 10] [--json]
@@ -29,6 +29,13 @@ import io
 import json
 import math
 import sys
+
+from arldiag.detectors import decline_of, events_of
+from arldiag.detectors.batch import steps_frame
+from arldiag.evaluation.evaluate import evaluate, injected_faults, score_evaluation, select_split, split_of
+from arldiag.evaluation.results import figures_table
+from arldiag.evaluation.scoring import ScoreConfig, summarize
+from arldiag.store.reader import open_run
 
 
 MAPPING = {"entropy": "entropy", "kl_divergence": "kl_ref_k3", "reward_mean": "reward_mean",
@@ -67,11 +74,6 @@ def rlwatch_timeline(frame, hold: int = 10) -> list[tuple[int, float, str, str |
 
 
 def compare(run, split: str | None = None, hold: int = 10, names=None) -> dict:
-    from arldiag.evaluation.evaluate import evaluate, injected_faults, score_evaluation, select_split
-    from arldiag.detectors import decline_of, events_of
-    from arldiag.detectors.batch import steps_frame
-    from arldiag.evaluation.scoring import ScoreConfig, summarize
-
     cfg = ScoreConfig()
     names = list(names) if names is not None else select_split(run, split)
     ours = evaluate(run, names=names)
@@ -86,8 +88,6 @@ def compare(run, split: str | None = None, hold: int = 10, names=None) -> dict:
 
 
 def table(res: dict) -> str:
-    from arldiag.evaluation.results import figures_table
-
     return figures_table([("arldiag", res["arldiag"]), ("rlwatch 0.5.1 (defaults)", res["rlwatch"])])
 
 
@@ -100,13 +100,10 @@ def main(argv=None) -> int:
                    help="runs without a split in run.json: these names are held out, the others dev; prints both")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    from arldiag.store.reader import open_run
 
     run = open_run(args.run if len(args.run) > 1 else args.run[0])
     stand_in = [n for n in args.stand_in_heldout.split(",") if n]
     if stand_in:
-        from arldiag.evaluation.evaluate import split_of
-
         split = {n: split_of(run, n) or ("heldout" if n in stand_in else "dev") for n in run.names}
         out = {sp: compare(run, hold=args.hold, names=[n for n in run.names if split[n] == sp])
                for sp in ("dev", "heldout")}

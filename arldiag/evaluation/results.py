@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# (summary key, label, format) of the set figures, in table order (detectors.scoring.summarize)
+# (summary key, label, format) of the set figures, in table order (evaluation.scoring.summarize)
 FIGURES = (("recall_at_10", "recall@10 (warned >= 10 steps ahead)", "rate"),
            ("recall_at_20", "recall@20", "rate"),
            ("median_lead", "median lead (steps)", "num"),

@@ -19,7 +19,7 @@ state warning or critical.
   c - window on are not healthy steps. Healthy steps in warning: those in any episode but the lead episode. An episode that cleared within ``alarm_gap`` steps before c - window is
   build-up (not false), earlier ones are false alarms.
 * decline window [d - window, end of run] of a run that did not collapse but *declined* at step d (never reached
-  the label's min_peak, then fell under half of its own best to the end: detectors.label.run_decline): an episode
+  the label's min_peak, then fell under half of its own best to the end: arldiag.label.run_decline): an episode
   that starts inside it is a *decline warning*, neither a false alarm nor a caught collapse; its steps are not
   healthy steps. Such a run is of kind "decline", not "stable".
 * false alarm: any other episode (on a fault run: one whose leading detector is not planted).

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
+from arldiag.progress import bar
+
 ENGINES = ("local", "ray")
 ENGINE_ENV = "ARLDIAG_ENGINE"
 ADDRESS_ENV = "ARLDIAG_RAY_ADDRESS"
@@ -51,8 +53,6 @@ class LocalEngine:
 
     def imap(self, fn: Callable, items: Sequence, on_error: Callable = _error_row,
              desc: str = "runs") -> Iterator[tuple[int, Any]]:
-        from arldiag.progress import bar
-
         with bar(total=len(items), desc=desc, unit="run", disable=not self.progress, leave=False) as b:
             for i, item in enumerate(items):
                 try:
@@ -107,8 +107,6 @@ class RayEngine(LocalEngine):
 
     def imap(self, fn: Callable, items: Sequence, on_error: Callable = _error_row,
              desc: str = "runs") -> Iterator[tuple[int, Any]]:
-        from arldiag.progress import bar
-
         ray = self.ray
         opts = self._remote.options(num_cpus=self.num_cpus, max_retries=1, retry_exceptions=False)
         fn_ref = ray.put(fn)  # the function once in the object store, not pickled with every task

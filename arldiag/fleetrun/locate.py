@@ -1,7 +1,7 @@
 """The runs under one or several roots: local folders, globs, or fsspec URLs (``s3://bucket/sweep``).
 
 Each run is a ``RunRef``: the path a task opens (a local folder or a full URL, so a Ray worker on another node
-opens the same object), the label a fleet table shows (its folder relative to its root, as arldiag.fleet names it)
+opens the same object), the label a fleet table shows (its folder relative to its root, ``run_label``)
 and the run name ``open_run`` would give it among all the runs listed (run.json's ``name``, made unique in order),
 so per-run results join into the JSON a single ``open_run`` over the same roots gives.
 """
@@ -11,6 +11,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
+
+from arldiag.store.location import is_url
+from arldiag.store.reader import _unique_names, read_manifest, resolve_run_dirs
 
 
 @dataclass(frozen=True)
@@ -24,8 +27,6 @@ class RunRef:
 
 
 def _manifest(path: str, fs=None) -> dict:
-    from arldiag.store.reader import read_manifest
-
     try:
         return read_manifest(path, fs)
     except (OSError, ValueError) as exc:
@@ -53,20 +54,23 @@ def _url_runs(url: str) -> list[tuple[str, str, dict]]:
     return out
 
 
-def _local_runs(root: str) -> list[tuple[str, str, dict]]:
-    from arldiag.fleet import _label
-    from arldiag.store.reader import resolve_run_dirs
+def run_label(root: Path, path: str | os.PathLike | None, name: str) -> str:
+    """A run's folder relative to the root (the name the dashboard gives it); the run's name when it is the root."""
+    try:
+        rel = Path(path).resolve().relative_to(root.resolve()).as_posix()
+    except (TypeError, ValueError, OSError):
+        return name
+    return name if rel in ("", ".") else rel
 
+
+def _local_runs(root: str) -> list[tuple[str, str, dict]]:
     base = Path(root)
-    return [(str(d), _label(base, d, d.name), _manifest(str(d))) for d in resolve_run_dirs([root])]
+    return [(str(d), run_label(base, d, d.name), _manifest(str(d))) for d in resolve_run_dirs([root])]
 
 
 def locate_runs(roots: Iterable[str | os.PathLike]) -> list[RunRef]:
     """Every run under ``roots`` in a stable order (each root's runs sorted, roots in order, duplicates once).
     Raises FileNotFoundError naming a root that is not a run and holds none."""
-    from arldiag.store.location import is_url
-    from arldiag.store.reader import _unique_names
-
     roots = [str(r) for r in ([roots] if isinstance(roots, (str, os.PathLike)) else roots)]
     if not roots:
         raise ValueError("no root of runs given")

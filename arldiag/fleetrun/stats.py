@@ -22,6 +22,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from arldiag.store.location import is_url
+from arldiag.store.reader import Run, read_manifest
+from arldiag.store.verify import part_problem, superseded_parts
+
 BYS = ("step", "run", "algorithm")
 HIST_LO, HIST_W, HIST_N = -1.0, 0.05, 40          # log_ratio_hist: 40 bins over [-1, 1) + under/overflow
 KL_LO, KL_W, KL_N = -2.0, 0.002, 2000             # kl_top1_share: bins of x over [-2, 2) + under/overflow
@@ -257,8 +261,6 @@ def token_parts(path: str) -> list[str]:
     """The published token parts of a run (local folder or URL), as the reader lists them."""
     from pathlib import Path
 
-    from arldiag.store.location import is_url
-
     if is_url(path):
         import fsspec
 
@@ -268,7 +270,6 @@ def token_parts(path: str) -> list[str]:
             return sorted(f"{proto}://{x.lstrip('/')}" for x in fs.glob(f"{p.rstrip('/')}/tokens/*.parquet"))
         except FileNotFoundError:
             return []
-    from arldiag.store.verify import superseded_parts
 
     d = Path(path) / "tokens"
     if not d.is_dir():
@@ -282,9 +283,6 @@ def part_partial(item: dict) -> dict:
     leaves it out too) yields no rows and names why."""
     import numpy as np
     import pyarrow.parquet as pq
-
-    from arldiag.store.location import is_url
-    from arldiag.store.verify import part_problem
 
     stat = get_stat(item["stat"])
     fs = None
@@ -317,9 +315,6 @@ def part_partial(item: dict) -> dict:
 def local_query(refs, stat: Stat, by: str) -> Partial:
     """The merged vector of every group from one DuckDB query over the runs' token views (arldiag.open_run)."""
     from pathlib import Path
-
-    from arldiag.store.location import is_url
-    from arldiag.store.reader import Run, read_manifest
 
     if not refs:
         return {}

@@ -17,6 +17,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+import arldiag
+from arldiag.schema import TABLES
+from arldiag.settings import config_path
+from arldiag.store.location import write_json_atomic
+
 CACHE_DIR = ".arldiag"
 CACHE_FILE = "summary.json"
 ENV_SWITCH = "ARLDIAG_SUMMARY_CACHE"
@@ -34,8 +39,6 @@ def _code_stamp() -> str:
     detector code is not reused."""
     global _CODE_STAMP
     if _CODE_STAMP is None:
-        import arldiag
-
         pkg = Path(arldiag.__file__).parent
         newest = 0
         for dirpath, _, files in os.walk(pkg):
@@ -50,8 +53,6 @@ def _code_stamp() -> str:
 
 
 def _config_stamp() -> list:
-    from arldiag.settings import config_path
-
     path = config_path()
     stamp: list[Any] = [None]
     if path:
@@ -66,8 +67,6 @@ def _config_stamp() -> list:
 
 def run_key(run_dir: str | os.PathLike) -> str | None:
     """The cache key of a local run folder (a hex digest), None when the folder cannot be listed."""
-    from arldiag.schema import TABLES
-
     d = Path(run_dir)
     entries: list[Any] = []
     try:
@@ -113,7 +112,6 @@ def store(run_dir: str | os.PathLike, row: dict, key: str | None = None) -> bool
     key = key or run_key(run_dir)
     if key is None:
         return False
-    from arldiag.store.writer import write_json_atomic
 
     try:
         (Path(run_dir) / CACHE_DIR).mkdir(exist_ok=True)

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from arldiag.detectors import analyse
+from arldiag.evaluation.evaluate import score_one, select_split
+from arldiag.evaluation.scoring import ScoreConfig
+from arldiag.fleet import ERROR, empty_row, path_row
 from arldiag.fleetrun.locate import RunRef
+from arldiag.store.location import is_url
+from arldiag.store.reader import Run, read_manifest
 
 
 def open_one(ref: RunRef):
     """The run of ``ref`` as an open Run named ``ref.name`` (the name open_run gives it among all the runs)."""
-    from arldiag.store.location import is_url
-    from arldiag.store.reader import Run, read_manifest
-
     if is_url(ref.path):
         import fsspec
 
@@ -34,8 +37,6 @@ def error_text(exc: BaseException) -> str:
 # ------------------------------------------------------------------------------------------------------- ls
 def ls_row(ref: RunRef) -> dict[str, Any]:
     """`arldiag ls`'s row of the run (arldiag.fleet.path_row: the cached summary when the run did not change)."""
-    from arldiag.fleet import path_row
-
     row, exc = path_row(ref.path, ref.label)
     if exc is not None:
         row["_open_failed"] = True  # the command raises when every run failed to open (as fleet_table does)
@@ -44,8 +45,6 @@ def ls_row(ref: RunRef) -> dict[str, Any]:
 
 def ls_error(ref: RunRef, exc: BaseException) -> dict[str, Any]:
     """The row of a run whose task itself failed (a worker lost, out of memory)."""
-    from arldiag.fleet import ERROR, empty_row
-
     row = empty_row(ref.label, ref.path)
     row.update(verdict=ERROR, error=error_text(exc), steps=None)
     row["verdict_reason"] = f"the run could not be read: {row['error']}"
@@ -55,8 +54,6 @@ def ls_error(ref: RunRef, exc: BaseException) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------------- detect
 def detect_result(ref: RunRef, detectors: list[str] | None = None) -> dict[str, Any]:
     """`arldiag detect`'s findings (Finding objects) and alert timeline rows of the run."""
-    from arldiag.detectors import analyse
-
     try:
         run = open_one(ref)
     except (OSError, ValueError) as exc:
@@ -77,9 +74,6 @@ def detect_error(ref: RunRef, exc: BaseException) -> dict[str, Any]:
 def eval_row(ref: RunRef, options: dict) -> dict[str, Any] | None:
     """`arldiag eval-detect`'s row of the run; None when --split leaves it out. ``options``: min_lead, alarm_gap,
     window, precursors, split, risk (already resolved), labels."""
-    from arldiag.evaluation.evaluate import score_one, select_split
-    from arldiag.evaluation.scoring import ScoreConfig
-
     run = open_one(ref)
     try:
         if ref.name not in select_split(run, options.get("split")):
@@ -99,6 +93,7 @@ def eval_error(ref: RunRef, exc: BaseException) -> dict[str, Any]:
 def report_text(ref: RunRef, fmt: str = "md", max_points: int = 1500) -> dict[str, Any]:
     """The run's post-mortem report rendered as ``fmt`` (the text; the driver writes it, so a remote worker needs
     no access to the output folder)."""
+    # pandas: `import arldiag.fleetrun.tasks` (ls, detect, eval-detect and every Ray worker) loads no pandas
     from arldiag.report.build import build_report
     from arldiag.report.cli import render
 

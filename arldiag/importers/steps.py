@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from arldiag.aliases import (TASK_SCORE, VAL_SCORE, alias_table, is_validation, resolve_name, task_score_source,
+                             val_score_source)
 from arldiag.importers.base import Importer
+from arldiag.settings import file_aliases
 
 # step columns other loggers write, tried in this order when the format's default is not a column of the file
 # (read in the trainers' sources: HF Trainer / TRL / OpenRLHF, verl, SkyRL, slime, ROLL, ms-swift's "12/500")
@@ -100,9 +103,6 @@ def name_plan(columns, user: Mapping[str, str], keep_names: bool,
     metric the first in the file wins, the other keeps its own name). copies: ``task_score`` / ``val_score`` ->
     the ONE logged column each is read from, chosen over the whole file (arldiag.aliases.task_score_source with
     ``values``: every column's values, so a rate-named column holding counts is passed over)."""
-    from arldiag.aliases import TASK_SCORE, VAL_SCORE, alias_table, resolve_name, task_score_source, val_score_source
-    from arldiag.settings import file_aliases
-
     cols = list(dict.fromkeys(columns))
     table = {} if keep_names else alias_table(file_aliases())  # arldiag.toml [aliases] extends the table
     taken = {c for c in cols if c not in user and (keep_names or resolve_name(c, table) in (None, c))}
@@ -147,6 +147,4 @@ def apply_plan(raw: Mapping[int, Mapping[str, float]], plan: Mapping[str, str],
 
 def is_training(metrics: Mapping[str, float]) -> bool:
     """A step that carries a training metric (not validation metrics only)."""
-    from arldiag.aliases import is_validation
-
     return any(not is_validation(k) for k in metrics)

@@ -16,20 +16,21 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from arldiag import __version__
+from arldiag.detectors import analyse, decline_of
+from arldiag.detectors.advice import settings_of, with_actions
+from arldiag.evaluation.precursors import BASE, LEAD, precursor_scan
 from arldiag.findings import Finding
 from arldiag.progress import bar as progress_bar
 from arldiag.report import data as D
-from arldiag.views import catalog as S
-from arldiag.views import heatmap as H
-from arldiag.views import offenders as O
-from arldiag.views import series as V
-from arldiag.views._sql import table_rows
-from arldiag.views.events import action_outcomes
-from arldiag.detectors.advice import settings_of, with_actions
-from arldiag.evaluation.precursors import BASE, LEAD, precursor_scan
 from arldiag.report.dimensions import Dimension, sections
 from arldiag.report.recommend import Recommendation, recommendations
+from arldiag.schema import STEP_METRICS
+from arldiag.store.reader import open_run
 from arldiag.verdict import Verdict, registry_lagging, verdict
+from arldiag.views import catalog as S, heatmap as H, offenders as O, series as V
+from arldiag.views._sql import table_rows
+from arldiag.views.events import action_outcomes
 
 # analyse(run) -> (findings, {run name: collapse step or None}, alert timeline DataFrame)
 Analyse = Callable[[Any], tuple[list[Finding], dict[str, int | None], pd.DataFrame]]
@@ -37,8 +38,6 @@ Analyse = Callable[[Any], tuple[list[Finding], dict[str, int | None], pd.DataFra
 
 def detector_analysis(run: Any) -> tuple[list[Finding], dict[str, int | None], pd.DataFrame]:
     """The detectors' view of a run: the same Findings `arldiag detect` prints."""
-    from arldiag.detectors import analyse
-
     return analyse(run)
 
 
@@ -87,8 +86,6 @@ def _open(run_or_path: Any, arg: str) -> Any:
     """An open Run of exactly one run (a report is about one run; --baseline adds a second)."""
     run = run_or_path
     if isinstance(run_or_path, (str, Path)):
-        from arldiag.store.reader import open_run
-
         run = open_run(str(run_or_path))
     if len(run.names) != 1:
         raise ValueError(f"{arg}: {run_or_path} holds {len(run.names)} runs ({', '.join(run.names[:5])}); "
@@ -174,7 +171,6 @@ def _decline_step(steps: pd.DataFrame, collapse: int | None) -> int | None:
     None."""
     if collapse is not None or steps.empty or "step" not in steps:
         return None
-    from arldiag.detectors import decline_of
 
     return decline_of(steps)
 
@@ -211,8 +207,6 @@ def training_precursors(steps: pd.DataFrame, collapse: int, top: int = 8, base: 
     one entry per statistic: a column that is an alias of, or equal step by step to, a higher-ranked one is left
     out, keeping arldiag's own name (schema.STEP_METRICS) over a trainer's."""
     import numpy as np
-
-    from arldiag.schema import STEP_METRICS
 
     own = {m.name for m in STEP_METRICS}
     cols = [c for c in steps.columns if c == "step" or _is_training_signal(c)]
@@ -319,7 +313,6 @@ def build_report(run: Any, baseline: Any = None, analyse: Analyse = detector_ana
     runs = [_open(run, "run")] + ([_open(baseline, "baseline")] if baseline is not None else [])
     with progress_bar(total=5 * len(runs), desc="report", file=sys.stderr, disable=not progress, leave=False) as bar:
         reps = [gather(r, analyse, progress=bar) for r in runs]
-    from arldiag import __version__
 
     main = reps[0]
     return Report(main=main, baseline=reps[1] if len(reps) > 1 else None,

@@ -10,8 +10,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from arldiag.detectors.registry import REGISTRY
 from arldiag.findings import Finding
 from arldiag.nested import flatten
+from arldiag.report.recommend import evidence_line
 from arldiag.views.series import series
 
 TOLERANT_ALGOS = ("cispo", "sapo")
@@ -66,9 +68,6 @@ def _mean(steps: pd.DataFrame, col: str | None) -> float | None:
 
 def _related(findings: Sequence[Finding], dimension: str) -> list[str]:
     """The fired findings of the detectors that declare this dimension (Detector.dimension)."""
-    from arldiag.detectors.registry import REGISTRY
-    from arldiag.report.recommend import evidence_line
-
     return [evidence_line(f) for f in findings
             if f.fired and getattr(REGISTRY.get(f.detector), "dimension", None) == dimension]
 
@@ -86,16 +85,9 @@ def algorithm_of(manifest: Mapping[str, Any]) -> str | None:
     return None if algo is None else str(algo)
 
 
-def sections(manifest: Mapping[str, Any], steps: pd.DataFrame, cols: Mapping[str, str],
-             findings: Sequence[Finding]) -> list[Dimension]:
-    """The four dimension sections. ``cols`` maps signal keys to resolved step columns (signals.resolve)."""
-    cfg = manifest.get("config") or {}
-    unset = set(cfg.get("not_recorded") or ())  # written by `arldiag import` (commands.import_steps.DEFAULTS_KEY)
-    algo = algorithm_of(manifest)
-    c = cols.get
-    out = []
-
-    # 1. loss aggregation ------------------------------------------------------------------------------------------
+def _loss_aggregation(manifest: Mapping[str, Any], cfg: Mapping[str, Any], unset: set, algo: str | None,
+                      steps: pd.DataFrame, c, findings: Sequence[Finding]) -> Dimension:
+    """Loss aggregation: the aggregation mode, the mini-batch and epoch count, and the response lengths."""
     agg = config_value(cfg, ("loss_agg", "loss_agg_mode"))
     nmb = config_value(cfg, ("n_minibatches", "ppo_mini_batches"))
     epochs = config_value(cfg, ("ppo_epochs",))
@@ -113,10 +105,13 @@ def sections(manifest: Mapping[str, Any], steps: pd.DataFrame, cols: Mapping[str
     if trunc is not None and trunc > 0.1 and agg == "token-mean":
         shows.append(f"{trunc:.0%} of responses hit the length limit on average; under token-mean aggregation "
                      "their tokens dominate the loss.")
-    out.append(Dimension("loss_aggregation", "Loss aggregation", did, shows,
-                       _related(findings, "loss_aggregation"), ["response_length_mean", "truncated_frac"]))
+    return Dimension("loss_aggregation", "Loss aggregation", did, shows,
+                     _related(findings, "loss_aggregation"), ["response_length_mean", "truncated_frac"])
 
-    # 2. IS clipping -----------------------------------------------------------------------------------------------
+
+def _is_clipping(manifest: Mapping[str, Any], cfg: Mapping[str, Any], unset: set, algo: str | None,
+                 steps: pd.DataFrame, c, findings: Sequence[Finding]) -> Dimension:
+    """IS clipping: the token / sequence / dual clip settings and where the out-of-band tokens sit."""
     clip = manifest.get("clip")
     seq_clip = manifest.get("seq_clip")
     did = [_fmt_setting("algorithm", algo), _fmt_setting("token clip [eps_low, eps_high]", clip, "clip" in unset),
@@ -137,10 +132,13 @@ def sections(manifest: Mapping[str, Any], steps: pd.DataFrame, cols: Mapping[str
         if tt > 0:
             shows.append(f"{ln / tt:.0%} of out-of-band tokens sit at the lower bound with a negative advantage "
                          "(ARLArena: this share grows before a collapse).")
-    out.append(Dimension("is_clipping", "IS clipping", did, shows, _related(findings, "is_clipping"),
-                       ["pg_clipfrac", "clip_low_neg", "clip_high_pos", "seq_low_neg"]))
+    return Dimension("is_clipping", "IS clipping", did, shows, _related(findings, "is_clipping"),
+                     ["pg_clipfrac", "clip_low_neg", "clip_high_pos", "seq_low_neg"])
 
-    # 3. advantage design ------------------------------------------------------------------------------------------
+
+def _advantage_design(manifest: Mapping[str, Any], cfg: Mapping[str, Any], unset: set, algo: str | None,
+                      steps: pd.DataFrame, c, findings: Sequence[Finding]) -> Dimension:
+    """Advantage design: the estimator, the neg-adv low-IS mask and the advantage statistics."""
     est = config_value(cfg, ("adv_estimator",))
     mask = config_value(cfg, ("nalis_mask", "neg_adv_low_is_mask"))
     did = [_fmt_setting("advantage estimator", est), _fmt_setting("GiGPO omega", config_value(cfg, ("omega",))),
@@ -163,11 +161,15 @@ def sections(manifest: Mapping[str, Any], steps: pd.DataFrame, cols: Mapping[str
     if cov is not None and cov > 0:
         shows.append("Cov(logp, A) is positive on average: confident tokens get positive advantages, which "
                      "drives entropy down (Cui et al.).")
-    out.append(Dimension("advantage_design", "Advantage design", did, shows,
-                       _related(findings, "advantage_design"),
-                       ["adv_zero_frac", "adv_neg_frac", "cov_logp_adv"]))
+    return Dimension("advantage_design", "Advantage design", did, shows,
+                     _related(findings, "advantage_design"),
+                     ["adv_zero_frac", "adv_neg_frac", "cov_logp_adv"])
 
-    # 4. dynamic filtering -----------------------------------------------------------------------------------------
+
+def _dynamic_filtering(manifest: Mapping[str, Any], cfg: Mapping[str, Any], unset: set, algo: str | None,
+                       steps: pd.DataFrame, c, findings: Sequence[Finding]) -> Dimension:
+    """Dynamic filtering: the filter setting and the zero-variance groups."""
+    est = config_value(cfg, ("adv_estimator",))
     dyn = config_value(cfg, ("dynamic_filter", "dynamic_sampling", "filter_groups.enable"))
     did = [_fmt_setting("dynamic filtering", dyn),
            _fmt_setting("cold-start steps (filter off)", config_value(cfg, ("cold_start_steps",)))]
@@ -179,9 +181,20 @@ def sections(manifest: Mapping[str, Any], steps: pd.DataFrame, cols: Mapping[str
     if zs is not None and zs > 0.3 and not dyn:
         shows.append(f"{zs:.0%} of groups have zero reward variance on average and carry no GRPO signal; dynamic "
                      "filtering would drop them (ARLArena: helps with a rich advantage signal such as GiGPO).")
-    out.append(Dimension("dynamic_filtering", "Dynamic filtering", did, shows, _related(findings, "dynamic_filtering"),
-                       ["zero_std_group_frac", "group_reward_std_mean"]))
+    return Dimension("dynamic_filtering", "Dynamic filtering", did, shows, _related(findings, "dynamic_filtering"),
+                     ["zero_std_group_frac", "group_reward_std_mean"])
 
+
+def sections(manifest: Mapping[str, Any], steps: pd.DataFrame, cols: Mapping[str, str],
+             findings: Sequence[Finding]) -> list[Dimension]:
+    """The four dimension sections. ``cols`` maps signal keys to resolved step columns (signals.resolve)."""
+    cfg = manifest.get("config") or {}
+    unset = set(cfg.get("not_recorded") or ())  # written by `arldiag import` (commands.import_steps.DEFAULTS_KEY)
+    algo = algorithm_of(manifest)
+    c = cols.get
+
+    out = [build(manifest, cfg, unset, algo, steps, c, findings)
+           for build in (_loss_aggregation, _is_clipping, _advantage_design, _dynamic_filtering)]
     for s in out:
         s.has_data = bool(s.shows)
         if not s.shows:

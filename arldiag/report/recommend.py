@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from arldiag.detectors.advice import advise
+from arldiag.detectors.registry import advise
 from arldiag.findings import Finding, level_steps, severity_rank
 from arldiag.wording import plural
 

@@ -9,9 +9,9 @@ only.
 from arldiag.stabilize.actions import ACTION_KINDS, Action, Firing, Policy, Situation, Stabilizable, Taken
 from arldiag.stabilize.kinds import ACTIONS
 from arldiag.stabilize.policies import POLICIES, register_policy, resolve_policy
-from arldiag.stabilize.runner import APPLY, Limits, Stabilizer, admit, firings
+from arldiag.stabilize.runner import APPLY, Limits, Stabilizer, admit, firings, limits_of
 from arldiag.stabilize.spec import ActionSpec, Limit
 
 __all__ = ["ACTIONS", "ACTION_KINDS", "APPLY", "Action", "ActionSpec", "Firing", "Limit", "Limits", "POLICIES",
-           "Policy", "Situation", "Stabilizable", "Stabilizer", "Taken", "admit", "firings", "register_policy",
-           "resolve_policy"]
+           "Policy", "Situation", "Stabilizable", "Stabilizer", "Taken", "admit", "firings", "limits_of",
+           "register_policy", "resolve_policy"]

@@ -49,6 +49,11 @@ Limits = make_limits(RUNNER_LIMITS, ACTIONS, CHECKPOINT_LIMITS)
 Limits.__module__ = __name__
 
 
+def limits_of(settings) -> Limits:
+    """The [stabilize] bounds of an arldiag.settings.Settings (every field but the policy)."""
+    return Limits(**{k: v for k, v in settings.values["stabilize"].items() if k != "policy"})
+
+
 def admit(a: Action, s: Situation, limits: Limits) -> tuple[dict | None, str]:
     """(the resolved parameters to apply, "") when ``a`` may run now, else (None, why not): its ActionSpec's
     ``admit`` (kinds.py), for a kind the trainer supports. Pure."""

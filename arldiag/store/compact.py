@@ -17,8 +17,10 @@ import os
 from pathlib import Path
 
 from arldiag.schema import TABLES
+from arldiag.store.location import write_json_atomic
+from arldiag.store.reader import read_manifest
 from arldiag.store.verify import JOURNAL
-from arldiag.store.writer import PART_RE, parquet_options, write_json_atomic
+from arldiag.store.writer import PART_RE, parquet_options
 
 
 def _recover(d: Path) -> None:
@@ -94,7 +96,6 @@ def compact_run(path: str | os.PathLike, force: bool = False) -> dict[str, tuple
     manifest = root / "run.json"
     if not manifest.is_file():
         raise FileNotFoundError(f"{root} is not a run: no run.json")
-    from arldiag.store.reader import read_manifest
 
     status = read_manifest(root).get("status")
     if status != "finished" and not force:

@@ -20,6 +20,17 @@ from typing import Any
 OBJECT_STORES = {"s3", "s3a", "gs", "gcs", "abfs", "az", "oss"}
 
 
+def write_json_atomic(path: Path, obj: dict) -> None:
+    """Write ``obj`` as JSON to ``path`` through a fsynced ``.tmp`` and a rename: a reader sees the old file or the
+    new one, never a part."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as fh:
+        json.dump(obj, fh, indent=2, default=str)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
 def _protocols(fs) -> tuple:
     return (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
 
@@ -86,8 +97,6 @@ class StoreRoot:
     def write_json(self, rel: str, obj: dict) -> None:
         p = self._p(rel)
         if self.fs is None:
-            from arldiag.store.writer import write_json_atomic
-
             write_json_atomic(Path(p), obj)
         else:
             self.fs.pipe_file(p, json.dumps(obj, indent=2, default=str).encode())

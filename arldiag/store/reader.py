@@ -18,8 +18,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
-from arldiag.schema import (SCHEMA_VERSION, STEP_AGGS, STEP_METRICS, TABLES, USER_METRIC_PREFIX, arrow_schema,
-                            metric_sql)
+from arldiag.schema import SCHEMA_VERSION, STEP_AGGS, STEP_METRICS, TABLES, USER_METRIC_PREFIX, arrow_schema, metric_sql
+from arldiag.store.verify import part_problem, superseded_parts
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
@@ -174,8 +174,6 @@ class Run:
     def _readable(self, table: str, files: list[str]) -> list[str]:
         """The parts whose Parquet footer reads; the others are left out with one warning each, so one truncated
         file (a copy cut short, a full disk outside the writer's atomic rename) costs its rows, not the run."""
-        from arldiag.store.verify import part_problem
-
         out = []
         for f in files:
             try:
@@ -206,7 +204,6 @@ class Run:
         d = Path(path) / table
         if not d.is_dir():
             return []
-        from arldiag.store.verify import superseded_parts
 
         old = superseded_parts(d)  # left by an interrupted compaction: their rows are also in the merged part
         return sorted(str(p) for p in d.iterdir() if p.name.endswith(".parquet") and p.name not in old)

@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from arldiag.schema import TABLES
-from arldiag.store.location import StoreRoot
+from arldiag.store.location import StoreRoot, write_json_atomic
 
 log = logging.getLogger("arldiag")
 
@@ -56,15 +56,6 @@ def parquet_options(table: str, schema: pa.Schema) -> dict[str, Any]:
         "row_group_size": 1 << 20,
         "data_page_size": 1 << 20,
     }
-
-
-def write_json_atomic(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(obj, fh, indent=2, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def next_part_numbers(root: "Path | StoreRoot", rank: int) -> dict[str, int]:

@@ -6,6 +6,8 @@ import json
 import sys
 
 from arldiag.trainer.config import PRESETS, add_config_arguments, config_from_args
+from arldiag.trainer.envs import ENVS
+from arldiag.trainer.numerics import NumericsError, ensure_environment
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +21,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     try:
         cfg = config_from_args(args)
-        from arldiag.trainer.envs import ENVS
 
         if cfg.env not in ENVS:  # before any model is built
             raise ValueError(f"--env {cfg.env!r}: choose from {', '.join(sorted(ENVS))}")
@@ -32,7 +33,6 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(dataclasses.asdict(cfg), indent=2))
         return 0
     if cfg.reproducible:  # before torch loads (loop imports it): the settings are read when the libraries load
-        from arldiag.trainer.numerics import NumericsError, ensure_environment
 
         try:
             ensure_environment()

@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union, get_args, get_origin, get_type_hints
 
+from arldiag.stabilize import resolve_policy
+
 ALGOS = ("grpo", "dapo", "gspo", "cispo", "sapo", "atpo", "sampo")
 LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 ADV_ESTIMATORS = ("grpo", "gigpo")
@@ -181,8 +183,6 @@ class TrainConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if self.auto_stabilize not in (None, "off"):
-            from arldiag.stabilize import resolve_policy
-
             resolve_policy(self.auto_stabilize)  # a one-line error for an unknown name or module:function
             if self.monitor == "stop":
                 raise ValueError("auto_stabilize: use --monitor alert (or leave it off) with --auto-stabilize; "

@@ -27,11 +27,17 @@ import torch
 from arldiag.trainer import numerics
 from arldiag.trainer.advantages import (discounted_returns, dynamic_filter_keep, gigpo_step_advantages,
                                         grpo_advantages)
+import arldiag
+from arldiag.settings import CONFIG_ENV, DEFAULT_FILE, load
+from arldiag.stabilize import Limits, Stabilizer, limits_of
 from arldiag.trainer.batch import Batch, build_batch
+from arldiag.trainer.bc import load_or_train_bc, solver_texts
 from arldiag.trainer.config import SEQUENCE_CLIP_ALGOS, TrainConfig
+from arldiag.trainer.envs import make_env
 from arldiag.trainer.losses import k3_kl, policy_loss
 from arldiag.trainer.policy import TokenCodec, build_policy, load_pretrained, window_logprobs
 from arldiag.trainer.rollout import Episode, run_episodes, step_task_ids
+from arldiag.trainer.stabilize import TrainerControls
 
 # Environments whose replies come back inside the context (tool outputs) train one sample per trajectory.
 TRAJECTORY_ENVS = ("calculator",)
@@ -63,8 +69,6 @@ class NullCollector:
 
 def make_env_factory(cfg: TrainConfig) -> Callable[[], Any]:
     """A factory of fresh environments with the config's env options (checked once here, with a clear error)."""
-    from arldiag.trainer.envs import make_env
-
     kw = cfg.env_options()
     try:
         make_env(cfg.env, **kw)
@@ -93,8 +97,6 @@ def diagnostic_bands(cfg: TrainConfig) -> tuple[tuple[float, float], tuple[float
 
 
 def open_collector(cfg: TrainConfig, logp_old_source: str = "recompute", warm_start: Any = None) -> Any:
-    import arldiag
-
     token_clip, seq_clip = diagnostic_bands(cfg)
     config = dataclasses.asdict(cfg)
     config["nalis_mask"] = cfg.resolved_nalis_mask()
@@ -126,7 +128,6 @@ def stabilize_policy(cfg: TrainConfig) -> str | None:
     """The --auto-stabilize policy, else the [stabilize] policy of arldiag.toml when the flag is unset; None: off."""
     if cfg.auto_stabilize is not None:
         return None if cfg.auto_stabilize == "off" else cfg.auto_stabilize
-    from arldiag.settings import CONFIG_ENV, DEFAULT_FILE, load
 
     if not (os.environ.get(CONFIG_ENV) or os.path.isfile(DEFAULT_FILE)):
         return None
@@ -142,11 +143,8 @@ def open_stabilizer(cfg: TrainConfig, col: Any, model: Any, optimizer: Any, samp
     if getattr(getattr(col, "monitor", None), "on_step", None) is None:
         log("auto-stabilize: the collector has no monitor, so no policy runs")
         return None
-    from arldiag.settings import CONFIG_ENV, DEFAULT_FILE, load
-    from arldiag.stabilize import Limits, Stabilizer
-    from arldiag.trainer.stabilize import TrainerControls
 
-    limits = (load().stabilize_limits() if os.environ.get(CONFIG_ENV) or os.path.isfile(DEFAULT_FILE)
+    limits = (limits_of(load()) if os.environ.get(CONFIG_ENV) or os.path.isfile(DEFAULT_FILE)
               else Limits())
     controls = TrainerControls(cfg, model, optimizer, sampler)
     return Stabilizer(policy, controls, record=getattr(col, "record_action", None), limits=limits, log_fn=log)
@@ -223,7 +221,6 @@ def setup_policy(cfg: TrainConfig, env_factory: Callable[[], Any], layout: str, 
     if cfg.init not in ("bc", "scratch"):
         model, codec = load_pretrained(cfg.init)  # a checkpoint folder (save_pretrained) with its tokenizer
         return model.to(device=cfg.device, dtype=torch.float32), codec, None
-    from arldiag.trainer.bc import load_or_train_bc, solver_texts
 
     probe = env_factory()
     vocabulary = list(probe.vocabulary())

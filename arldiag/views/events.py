@@ -5,6 +5,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from arldiag.detectors.batch import actions_of
 from arldiag.views._sql import columns, q, query
 
 ALERT_COLUMNS = ["step", "detector", "severity", "state", "risk", "title", "message", "source"]
@@ -39,8 +40,6 @@ def actions(run: Any, limit: int = 500, name: str | None = None, want: Sequence[
 
 def action_outcomes(run: Any, name: str) -> list[str]:
     """The ``outcome`` JSON of every auto-stabilize action, in the order applied (empty without actions)."""
-    from arldiag.detectors.batch import actions_of
-
     return [outcome for _, outcome in actions_of(run, name)]
 
 

@@ -6,8 +6,10 @@ import inspect
 import pytest
 
 from arldiag.cli import main as cli
-from arldiag.detectors.registry import REGISTRY
-from arldiag.detectors.risk import RiskConfig, calibrated_risk
+from arldiag.channels import channels_of
+from arldiag.detectors.registry import REGISTRY, configured
+from arldiag.detectors.risk import RiskConfig, calibrated_risk, risk_of
+from arldiag.monitor import monitor_of
 from arldiag.settings import env_name, load
 
 
@@ -46,13 +48,13 @@ def test_precedence_file_env_kwargs(tmp_path):
     s = load(f, env=env, **{"risk.exit_steps": 6})
     assert s.values["risk"]["exit_steps"] == 6        # kwargs beat the file
     assert s.values["risk"]["enter_steps"] == 4       # env beats the file
-    assert s.risk().enter_steps == 4 and s.risk().exit_steps == 6
-    dets = {d.name: d for d in s.detectors()}
+    assert risk_of(s).enter_steps == 4 and risk_of(s).exit_steps == 6
+    dets = {d.name: d for d in configured(s)}
     assert dets["ppo_kl_spike"].params["ratio_levels"] == (4, 9, 30)
     assert "kl_ref_drift" not in dets
-    chans = s.channels()
+    chans = channels_of(s)
     assert len(chans) == 1 and type(chans[0]).__name__ == "SlackSink" and chans[0].min_severity == "critical"
-    mon = s.monitor(sinks=[])
+    mon = monitor_of(s, sinks=[])
     assert {d.name for d in mon.evaluator.detectors} == set(dets)
     assert load(env={}).source is None  # no file here: defaults
 
@@ -85,7 +87,7 @@ def test_monitor_from_settings_alerts_through_its_channel(tmp_path, monkeypatch)
     try:
         s = load(env={"ARLDIAG_ALERTS_SLACK_URL": f"http://127.0.0.1:{srv.server_port}/s",
                       "ARLDIAG_MONITOR_SINKS": '["store"]', "ARLDIAG_ALERTS_SLACK_MIN_SEVERITY": "watch"})
-        mon = s.monitor()
+        mon = monitor_of(s)
         rng = np.random.default_rng(0)
         with arldiag.Collector(tmp_path / "r", monitor=mon, **s.collector_kwargs()) as col:
             for step in range(30):

@@ -67,11 +67,12 @@ def test_settings_monitor_keeps_the_step_profile_fitted_state(tmp_path):
     """A [risk] section changes only the keys it sets: a Monitor from the file on a step-scalar run gets the step
     profile's calibrated state with that key changed, not the token profile's state wholesale."""
     from arldiag.detectors.risk import calibrated_risk
+    from arldiag.monitor import monitor_of
     from arldiag.settings import load
 
     f = tmp_path / "arldiag.toml"
     f.write_text("[risk]\nexit_steps = 9\n")
-    mon = load(f, env={}).monitor(sinks=())
+    mon = monitor_of(load(f, env={}), sinks=())
     mon.evaluator.update(0, {"task_score": 0.5, "entropy": 0.3})  # no token statistics: the step profile
     assert mon.evaluator.profile == "steps"
     assert mon.evaluator.risk_cfg == dataclasses.replace(calibrated_risk(profile="steps"), exit_steps=9)

@@ -109,7 +109,8 @@ def test_sample_runs_at_risk_only_with_an_alert_at_warning():
 
 
 def test_trainer_of_a_run():
-    from arldiag.detectors.advice import advise, settings_of, trainer_of
+    from arldiag.detectors.advice import settings_of, trainer_of
+    from arldiag.detectors.registry import advise
 
     assert trainer_of({"config": {"framework": "trl"}}) == "trl"
     assert trainer_of({"config": {"import_format": "csv", "renamed": {"completions/mean_length": "x"}}}) == "trl"

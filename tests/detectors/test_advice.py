@@ -3,7 +3,8 @@ import pytest
 from _detect_cases import FIRING, healthy
 
 from arldiag.detectors import REGISTRY
-from arldiag.detectors.advice import advise, settings_of
+from arldiag.detectors.advice import settings_of
+from arldiag.detectors.registry import advise
 from arldiag.findings import Finding
 from arldiag.monitor import Monitor
 from arldiag.report.recommend import recommendations

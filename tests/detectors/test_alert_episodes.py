@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from arldiag.detectors import Evaluator
-from arldiag.detectors.risk import AlertState, Corroboration, RiskConfig, calibrated_risk
+from arldiag.detectors.risk import AlertState, Corroboration, RiskConfig, calibrated_risk, risk_for
 from arldiag.evaluation.scoring import episodes
 from arldiag.settings import load
 
@@ -125,10 +125,10 @@ def test_user_lowering_watch_keeps_the_step_profile_warning():
     # the file shows the token profile's triple; lowering its watch threshold changes the watch threshold only
     token, steps = calibrated_risk(), calibrated_risk(profile="steps")
     s = load(risk={"enter": [0.2, *token.enter[1:]]})
-    assert s.risk_for("steps").enter == (0.2, *steps.enter[1:])
-    assert s.risk_for("tokens").enter == (0.2, *token.enter[1:])
+    assert risk_for(s, "steps").enter == (0.2, *steps.enter[1:])
+    assert risk_for(s, "tokens").enter == (0.2, *token.enter[1:])
     # raising the watch threshold above the profile's warning raises the warning with it (still ascending)
-    assert load(risk={"enter": [0.7, *token.enter[1:]]}).risk_for("steps").enter[:2] == (0.7, 0.7)
+    assert risk_for(load(risk={"enter": [0.7, *token.enter[1:]]}), "steps").enter[:2] == (0.7, 0.7)
 
 
 # ------------------------------------------------------------------------------------------ noisy step series

@@ -8,8 +8,8 @@ import pytest
 
 import arldiag
 from arldiag.cli import main
-from arldiag.detectors.label import series_collapse_index
 from arldiag.findings import findings_from_json
+from arldiag.label import series_collapse_index
 
 
 def test_detect_json_and_fail_on(synth_runs, capsys):
@@ -105,7 +105,7 @@ def _fake_eval(monkeypatch, states, collapse, levels=None, tops=None, dips=(), d
     """Patch the three batch functions evaluate() uses: a given alert-state series and label."""
     from types import SimpleNamespace
 
-    import arldiag.detectors as det
+    import arldiag.evaluation.evaluate as ev  # evaluate() calls the detectors' functions it imported
 
     steps = list(range(len(states)))
     tops = tops or ["x"] * len(states)
@@ -113,9 +113,9 @@ def _fake_eval(monkeypatch, states, collapse, levels=None, tops=None, dips=(), d
     fake = SimpleNamespace(timeline=list(zip(steps, [0.6] * len(states), states, tops)), name="r", steps=steps,
                            evaluator=SimpleNamespace(tracks=tracks, interval=1, findings=lambda name, steps: []),
                            frame=None)
-    monkeypatch.setattr(det, "evaluate_run", lambda run, name, risk_model=None: fake)
-    monkeypatch.setattr(det, "events_of", lambda frame: (collapse, list(dips)))
-    monkeypatch.setattr(det, "decline_of", lambda frame: decline)
+    monkeypatch.setattr(ev, "evaluate_run", lambda run, name, risk_model=None: fake)
+    monkeypatch.setattr(ev, "events_of", lambda frame: (collapse, list(dips)))
+    monkeypatch.setattr(ev, "decline_of", lambda frame: decline)
 
 
 class _FakeRun:  # evaluate() needs only the names and the manifests; the batch functions are patched
@@ -172,7 +172,7 @@ def test_eval_table_marks_a_decline(monkeypatch, capsys):
     from arldiag.commands import eval_detect
 
     _fake_eval(monkeypatch, ["ok"] * 20 + ["warning"] * 5, None, decline=22)
-    monkeypatch.setattr("arldiag.store.reader.open_run", lambda path: _FakeRun())
+    monkeypatch.setattr(eval_detect, "open_run", lambda path: _FakeRun())
     assert eval_detect.main(SimpleNamespace(run=["r"], min_lead=10, alarm_gap=20, precursors=0, split=None,
                                             window=40, risk="rules", json=False, check=False)) == 0
     out = capsys.readouterr().out
@@ -229,7 +229,7 @@ def test_trainer_records_injected_faults():
 def test_precursor_scan_matches_numpy():
     import pandas as pd
 
-    from arldiag.detectors.precursors import precursor_scan
+    from arldiag.evaluation.precursors import precursor_scan
 
     rng = np.random.default_rng(3)
     steps = np.arange(100)

@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 
 import arldiag
-from arldiag.aliases import (LiveResolver, alias_table, resolve_name, score_bounds, task_score_source,
-                             val_score_source)
+from arldiag.aliases import LiveResolver, alias_table, resolve_name, score_bounds, task_score_source, val_score_source
 from arldiag.cli import main
-from arldiag.detectors import REGISTRY, Evaluator
-from arldiag.detectors.label import score_collapse_index, unit_score
+from arldiag.detectors import Evaluator, REGISTRY
 from arldiag.detectors.risk import RiskConfig
+from arldiag.label import score_collapse_index, unit_score
 
 # beside the repository, or where ARLDIAG_REAL_RUNS says (a git worktree elsewhere)
 REAL = Path(os.environ.get("ARLDIAG_REAL_RUNS") or Path(__file__).resolve().parents[3] / "shared" / "real_runs")

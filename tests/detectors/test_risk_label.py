@@ -4,10 +4,10 @@ import math
 import numpy as np
 import pytest
 
-from arldiag.detectors.label import collapse_step_of, series_collapse_index, trailing_mean
 from arldiag.detectors.risk import AlertState, RiskConfig, combine_risk, risk_series
 from arldiag.detectors.window import (Window, early_baseline, grade_above, grade_below, prior_median, running_max,
                                       slope, tail_mean, tail_median)
+from arldiag.label import collapse_step_of, series_collapse_index, trailing_mean
 
 
 def test_helpers_against_numpy():

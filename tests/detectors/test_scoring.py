@@ -1,10 +1,10 @@
-"""Scoring of alert-state series (detectors.scoring), worked by hand on small series."""
+"""Scoring of alert-state series (evaluation.scoring), worked by hand on small series."""
 import math
 
 import pytest
 
-from arldiag.detectors.label import run_decline, run_events, series_events
-from arldiag.detectors.scoring import ScoreConfig, nab_sigma, score_run, summarize
+from arldiag.evaluation.scoring import ScoreConfig, nab_sigma, score_run, summarize
+from arldiag.label import run_decline, run_events, series_events
 
 CFG = ScoreConfig(min_lead=10, warmup=10, window=40, after=10, alarm_gap=20)
 

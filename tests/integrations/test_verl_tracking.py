@@ -111,7 +111,7 @@ def test_tracking_log_records_the_run_and_alerts_live(Tracking, tmp_path, monkey
 
 
 def test_arldiag_toml_sinks_apply_on_the_driver(Tracking, tmp_path, monkeypatch, capsys):
-    """The driver's Monitor is arldiag.toml's (settings.active().monitor()): here the store sink only."""
+    """The driver's Monitor is arldiag.toml's (monitor_of(settings.active())): here the store sink only."""
     (tmp_path / "arldiag.toml").write_text('[monitor]\nsinks = ["store"]\n')
     monkeypatch.setenv("ARLDIAG_RUN", str(tmp_path / "run"))
     t = Tracking(project_name="p", experiment_name="e", default_backend=["console"])

@@ -100,7 +100,7 @@ def test_split_by_scale_groups() -> None:
 
 
 def test_precursors_rank_training_signals_only(cispo_report) -> None:
-    from arldiag.detectors.precursors import precursor_scan
+    from arldiag.evaluation.precursors import precursor_scan
 
     pre = cispo_report.main.precursors
     names = [p["metric"] for p in pre]

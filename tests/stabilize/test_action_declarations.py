@@ -149,7 +149,8 @@ def test_trl_and_verl_controls_apply_what_they_support():
 
 # ---- limits and arldiag.toml ---------------------------------------------------------------------------------------
 def test_limits_and_the_stabilize_section_come_from_the_specs():
-    from arldiag.settings import defaults, render_default_file
+    from arldiag.config_defaults import render_default_file
+    from arldiag.settings import defaults
     from arldiag.stabilize.runner import CHECKPOINT_LIMITS, RUNNER_LIMITS
 
     declared = [*RUNNER_LIMITS, *(lim for s in ACTIONS.values() for lim in s.limits), *CHECKPOINT_LIMITS]

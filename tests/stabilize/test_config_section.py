@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from arldiag.settings import load
-from arldiag.stabilize import Limits
+from arldiag.stabilize import Limits, limits_of
 from arldiag.trainer.config import make_config
 from arldiag.trainer.loop import stabilize_policy
 
@@ -14,7 +14,7 @@ def test_the_section_sets_policy_and_limits(tmp_path, monkeypatch):
     f.write_text('[stabilize]\npolicy = "conservative"\ncooldown = 2\nlr_floor = 0.25\n')
     s = load(f, env={})
     assert s.stabilize_policy() == "conservative"
-    assert s.stabilize_limits() == Limits(cooldown=2, lr_floor=0.25)
+    assert limits_of(s) == Limits(cooldown=2, lr_floor=0.25)
     assert load(env={}).stabilize_policy() is None  # default: off
     monkeypatch.setenv("ARLDIAG_CONFIG", str(f))
     assert stabilize_policy(make_config("cispo", env="toy")) == "conservative"     # flag unset: the file's

@@ -101,7 +101,8 @@ def test_the_report_advises_on_the_settings_the_run_ended_with(stabilized_run):
     """The forced policy switched on the mask (delta 0.01) and halved the clip: the settings the report's advice
     reads are run.json's config with those values, so the mask is not recommended again."""
     import arldiag
-    from arldiag.detectors.advice import advise, settings_of, with_actions
+    from arldiag.detectors.advice import settings_of, with_actions
+    from arldiag.detectors.registry import advise
     from arldiag.report import data as D
 
     run = arldiag.open_run(str(stabilized_run))

@@ -7,7 +7,7 @@ first step t such that P_t >= min_peak and m_s < frac * P_s for every s >= t up 
 least ``min_tail`` steps remain from t on. Because a trailing mean lags an abrupt fall, t then moves back over the
 immediately preceding steps whose raw value y_s is already below frac * P_s. The run's collapse step is the earliest
 over its series; None when no series collapses (a stable run). A below-stretch of at least ``min_tail`` steps that
-ends before the run does is a recovered *dip*: an event of its own kind for the scoring (detectors.scoring).
+ends before the run does is a recovered *dip*: an event of its own kind for the scoring (evaluation.scoring).
 When the run logs ``eval_success`` (greedy evaluation every few steps), it replaces the batch success series.
 
 A run that never reached min_peak can still die: a *decline* (``run_decline``) is the collapse rule with min_peak
@@ -19,6 +19,8 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 import numpy as np
+
+from arldiag.aliases import score_bounds
 
 SUCCESS_COLUMNS = ("success_rate", "success_frac", "success")
 FORMAT_COLUMNS = ("format_valid_frac",)
@@ -136,8 +138,6 @@ SCORE_COLUMN = "task_score"
 def unit_score(y: Sequence[float]) -> np.ndarray:
     """The score for the label rule: as logged when it lies in [0, 1] or is non-negative on its own scale (the rule
     compares ratios to the best), (y + 1) / 2 on [-1, 1], else min-max scaled."""
-    from arldiag.aliases import score_bounds
-
     y = np.asarray(y, dtype=np.float64)
     fin = y[np.isfinite(y)]
     if fin.size and fin.min() >= 0.0:
