@@ -75,7 +75,7 @@ def run_row(run: Any, name: str, label: str | None = None) -> dict[str, Any]:
     path = (getattr(run, "paths", {}) or {}).get(name, "")
     # the cache holds rows of one-run folders only (a Run over several runs names each by its place among them)
     local = bool(path) and len(getattr(run, "paths", {}) or {}) == 1 and Path(str(path), "run.json").is_file()
-    key = summary_cache.run_key(path) if local and summary_cache.enabled() else None
+    key = summary_cache.key_of(path) if local else None
     hit = summary_cache.load(path, key) if key else None
     if hit is not None:
         return {**hit, "name": label or name, "path": str(path)}

@@ -88,11 +88,17 @@ def run_key(run_dir: str | os.PathLike) -> str | None:
     return hashlib.sha256(blob).hexdigest()
 
 
-def load(run_dir: str | os.PathLike, key: str | None = None) -> dict | None:
-    """The cached row of a run when its key still matches, else None."""
+def key_of(run_dir: str | os.PathLike, key: str | None = None) -> str | None:
+    """``key`` (else the run's current ``run_key``) when the run's row may be cached: caching on and a local folder
+    (rows of s3:// runs are not cached); None otherwise."""
     if not enabled() or "://" in str(run_dir):
         return None
-    key = key or run_key(run_dir)
+    return key or run_key(run_dir)
+
+
+def load(run_dir: str | os.PathLike, key: str | None = None) -> dict | None:
+    """The cached row of a run when its key still matches, else None."""
+    key = key_of(run_dir, key)
     if key is None:
         return None
     try:
@@ -107,12 +113,9 @@ def load(run_dir: str | os.PathLike, key: str | None = None) -> dict | None:
 
 def store(run_dir: str | os.PathLike, row: dict, key: str | None = None) -> bool:
     """Write the row under the run's current key (atomically); False when it could not be written."""
-    if not enabled() or "://" in str(run_dir):
-        return False
-    key = key or run_key(run_dir)
+    key = key_of(run_dir, key)
     if key is None:
         return False
-
     try:
         (Path(run_dir) / CACHE_DIR).mkdir(exist_ok=True)
         write_json_atomic(Path(run_dir) / CACHE_DIR / CACHE_FILE, {"key": key, "row": row})
