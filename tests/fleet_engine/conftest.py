@@ -10,31 +10,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from integrations.need import need
+
 ALGOS = ("grpo", "cispo", "gspo")
 N_COPIES = 6  # 9 originals x 6 = 54 runs
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def need(module: str):
-    import importlib
-
-    if os.environ.get("ARLDIAG_REQUIRE_INTEGRATIONS") == "1":
-        return importlib.import_module(module)
-    return pytest.importorskip(module)
 
 
 def _set_name(run: Path, name: str, algorithm: str) -> None:
@@ -83,24 +66,9 @@ def write_fleet(root: Path) -> dict:
 
 
 @pytest.fixture(scope="session")
-def fleet_env():
-    """Moto's S3 server and the environment every Ray worker inherits (set before Ray starts)."""
-    need("moto.server")
-    need("s3fs")
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(url + "/moto-api/", timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"moto server did not start on {url}")
-            time.sleep(0.2)
+def fleet_env(s3_endpoint):
+    """The environment every Ray worker inherits (set before Ray starts): moto's S3 server (tests/conftest.py)."""
+    url = s3_endpoint
     env = {"AWS_ENDPOINT_URL": url, "AWS_ENDPOINT_URL_S3": url, "AWS_ACCESS_KEY_ID": "testing",
            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1", "ARLDIAG_SUMMARY_CACHE": "0"}
     saved = {k: os.environ.get(k) for k in list(env) + ["AWS_PROFILE", "AWS_SESSION_TOKEN", "ARLDIAG_ENGINE"]}
@@ -113,8 +81,6 @@ def fleet_env():
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
-    proc.terminate()
-    proc.wait(10)
 
 
 @pytest.fixture(scope="session")
