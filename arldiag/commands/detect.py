@@ -8,6 +8,7 @@ on Ray, and the findings join into the same output; a run that cannot be read is
 """
 from __future__ import annotations
 
+import os
 import sys
 
 from arldiag.detectors import analyse
@@ -33,8 +34,6 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    import os
-
     names = [n.strip() for n in args.detectors.split(",") if n.strip()] if args.detectors else None
     if getattr(args, "engine", None) or os.environ.get("ARLDIAG_ENGINE"):
         findings, run_names, timeline, errors = fleet_detect(args.run, names, args.engine, not args.no_progress)
