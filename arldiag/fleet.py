@@ -65,6 +65,15 @@ def empty_row(name: str, path: str = "", algorithm: str | None = None) -> dict[s
             "first_warning": None, "outcome": None, "peak": None, "last": None, "error": None}
 
 
+def error_row(name: str, path: Any, exc: BaseException, doing: str = "opened") -> dict[str, Any]:
+    """The row of a run that could not be ``doing`` (opened, read): the verdict ``error``, the exception in ``error``
+    and in words in ``verdict_reason``; no step count."""
+    row = empty_row(name, str(path))
+    row.update(verdict=ERROR, error=f"{type(exc).__name__}: {exc}", steps=None)
+    row["verdict_reason"] = f"the run could not be {doing}: {row['error']}"
+    return row
+
+
 def run_row(run: Any, name: str, label: str | None = None) -> dict[str, Any]:
     """The fleet row of run ``name`` of an open Run (arldiag.open_run), from one replay of its steps.
 
@@ -101,10 +110,7 @@ def path_row(path: str | os.PathLike, label: str) -> tuple[dict[str, Any], Excep
     try:
         one = open_run(path)
     except (OSError, ValueError) as exc:  # e.g. a broken run.json: the other runs are still listed
-        row = empty_row(label, str(path))
-        row.update(verdict=ERROR, error=f"{type(exc).__name__}: {exc}", steps=None)
-        row["verdict_reason"] = f"the run could not be opened: {row['error']}"
-        return row, exc
+        return error_row(label, path, exc), exc
     try:
         return run_row(one, one.names[0], label), None
     finally:

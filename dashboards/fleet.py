@@ -21,7 +21,7 @@ from dash.exceptions import PreventUpdate
 import arldiag
 from arldiag.dashboards.security import resolve_run
 from arldiag.dashboards.source import RunSource, run_signature
-from arldiag.fleet import COLUMNS, ERROR, NUMERIC, cell_text, empty_row, run_row
+from arldiag.fleet import COLUMNS, NUMERIC, cell_text, empty_row, error_row, run_row
 from arldiag.levels import LEVELS, rank
 from arldiag.store.reader import read_manifest
 from arldiag.verdict import WORST_FIRST, verdict_rank
@@ -123,8 +123,7 @@ class FleetRows:
         try:
             run = self.opener(path)
         except Exception as exc:  # noqa: BLE001 - a broken run is a row saying so, not a broken page
-            row = empty_row(self._label(name, path), str(path))
-            row.update(verdict=ERROR, error=f"{type(exc).__name__}: {exc}", steps=None)
+            row = error_row(self._label(name, path), path, exc)
         else:
             try:
                 row = run_row(run, run.names[0], label=self._label(name, path))

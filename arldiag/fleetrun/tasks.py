@@ -7,12 +7,13 @@ is an error row (``error_row``), never an exception that stops the fleet.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from arldiag.detectors import analyse
 from arldiag.evaluation.evaluate import score_one, select_split
 from arldiag.evaluation.scoring import ScoreConfig
-from arldiag.fleet import ERROR, empty_row, path_row
+from arldiag.fleet import error_row, path_row
 from arldiag.fleetrun.locate import RunRef
 from arldiag.store.location import is_url
 from arldiag.store.reader import Run, read_manifest
@@ -25,8 +26,6 @@ def open_one(ref: RunRef):
 
         fs, p = fsspec.core.url_to_fs(ref.path)
         return Run({ref.name: ref.path}, {ref.name: read_manifest(p, fs)}, fs=fs)
-    from pathlib import Path
-
     return Run({ref.name: Path(ref.path)}, {ref.name: read_manifest(Path(ref.path))})
 
 
@@ -45,10 +44,7 @@ def ls_row(ref: RunRef) -> dict[str, Any]:
 
 def ls_error(ref: RunRef, exc: BaseException) -> dict[str, Any]:
     """The row of a run whose task itself failed (a worker lost, out of memory)."""
-    row = empty_row(ref.label, ref.path)
-    row.update(verdict=ERROR, error=error_text(exc), steps=None)
-    row["verdict_reason"] = f"the run could not be read: {row['error']}"
-    return row
+    return error_row(ref.label, ref.path, exc, "read")
 
 
 # --------------------------------------------------------------------------------------------------- detect

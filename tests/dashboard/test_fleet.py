@@ -84,6 +84,21 @@ def test_rows_are_the_fleet_table_and_recomputed_only_when_a_run_changes(small_r
     assert rows.refresh() is True and "d_new" not in {r["id"] for r in rows.rows()}
 
 
+def test_a_run_that_cannot_be_opened_is_an_error_row_with_its_reason(small_root: Path) -> None:
+    """The verdict says why in words everywhere (verdict_reason), the dashboard's error rows too."""
+    def opener(path):
+        if Path(path).name == "b_stable":
+            raise OSError("disk gone")
+        return Counting()(path)
+
+    rows = F.FleetRows(RunSource(small_root), opener=opener)
+    rows.refresh()
+    broken = next(r for r in rows.rows() if r["name"].endswith("b_stable"))
+    assert (broken["verdict"], broken["error"], broken["steps"]) == ("error", "OSError: disk gone", None)
+    assert broken["verdict_reason"] == "the run could not be opened: OSError: disk gone"
+    assert all(r["verdict"] != "error" for r in rows.rows() if r is not broken)
+
+
 def test_a_large_root_fills_in_over_ticks(small_root: Path) -> None:
     rows = F.FleetRows(RunSource(small_root), budget_s=0.0)  # one row per refresh
     assert rows.refresh() is True and rows.pending() == 2
