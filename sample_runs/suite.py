@@ -192,7 +192,7 @@ def main(argv: list[str]) -> int:
                         "and 5k+3..5k+4 held out")
     p.add_argument("--unpinned", action="store_true",
                    help="train without --reproducible: faster, but the machine's own kernels and threads decide the "
-                        "last bits, and a chaotic run can end differently on another machine (issue 37)")
+                        "last bits, and a chaotic run can end differently on another machine")
     # intermixed: run names may follow the options (`run --set stress --seeds 5-9 NAME ...`)
     a = p.parse_intermixed_args(argv)
     table = runs(a.seeds, not a.unpinned) if a.set == "suite" else set_runs(a.seeds, a.set, not a.unpinned)
