@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_steps
+from synthetic_runs import write_steps
 
 pytestmark = pytest.mark.browser
 

@@ -16,7 +16,7 @@ from arldiag.dashboards import fleet as F
 from arldiag.dashboards import selection as S
 from arldiag.dashboards import views_alerts, views_sequences, views_series
 from arldiag.dashboards.source import RunSource
-from conftest import write_steps
+from synthetic_runs import write_steps
 from test_fleet import collapsing, write_outcome_run
 
 

@@ -11,7 +11,7 @@ import pytest
 from arldiag.dashboards import fleet as F
 from arldiag.dashboards import views_sequences
 from arldiag.dashboards.source import RunSource
-from conftest import write_steps
+from synthetic_runs import write_steps
 from test_dashboard_browser import _click_tab, _plot_js, _rendered, _severe, _shown, _wait, browser, serve  # noqa: F401
 from test_fleet import collapsing, write_outcome_run
 from test_selection import _imported
