@@ -114,6 +114,9 @@ class Detector:
     recommendation: str = ""
     source: str = ""                 # paper / metric definition it rests on
     lagging: bool = False            # True for the outcome signal (reward/success collapse), also used as label
+    # its level is a floor of the alert state: while it fires, the state is at least that level at once (no
+    # hysteresis points, no corroboration gate, no demotion): detectors/floor.py, the collapse label's own conditions
+    floor: bool = False
     evidence_sql: str | None = None  # batch-only: ordering expression over the `sequences` view for top sequences
     evidence_where: str = "true"     # batch-only filter for those sequences
     token_evidence_sql: str | None = None  # batch-only: ordering expression over the `tokens` view (top tokens)

@@ -113,6 +113,7 @@ class Evaluator:
         self.profile: str | None = None
         self._new_alert(1)
         self._lagging = tuple(d.name for d in self.detectors if d.lagging)
+        self._floors = frozenset(d.name for d in self.detectors if d.floor)
         # optimizer steps between logged points: given (the run's manifest, the batch evaluator's step column) or
         # read off the first two steps online; every window of the rules and the alert state is in optimizer steps
         self.interval: int | None = None
@@ -211,7 +212,8 @@ class Evaluator:
         holding = self.window.context.holding()
         ceiling = self.gate.ceiling({n: s.level for n, s in signals.items()}, holding, self._lagging)
         prev = self.alert.state
-        self.alert.update(risk, ceiling)
+        floor = max((s.level for n, s in signals.items() if n in self._floors), default=0)
+        self.alert.update(risk, ceiling, floor)
         self.last_step = step
         self.last_risk = risk
         self.n_steps += 1

@@ -1,7 +1,7 @@
 """The one registry of detectors, in catalog order (docs/detectors.md follows the same order)."""
 from __future__ import annotations
 
-from arldiag.detectors import entropy, health, kl, mismatch, ratios, rollout, score
+from arldiag.detectors import entropy, floor, health, kl, mismatch, ratios, rollout, score
 from arldiag.detectors.advice import Config
 from arldiag.detectors.base import Detector
 
@@ -15,7 +15,7 @@ def register(detector: Detector) -> Detector:
     return detector
 
 
-for _mod in (ratios, kl, entropy, health, rollout, score, mismatch):
+for _mod in (ratios, kl, entropy, health, rollout, score, floor, mismatch):
     for _d in _mod.DETECTORS:
         register(_d)
 

@@ -238,11 +238,15 @@ class _Latch:
         self.enter, self.leave, self.n_in, self.n_out = enter, leave, n_in, n_out
         self.open, self._above, self._calm = False, 0, 0
 
-    def update(self, risk: float, allowed: bool) -> bool:
+    def update(self, risk: float, allowed: bool, forced: bool = False) -> bool:
+        """One logged point; ``forced`` (the alert floor holds at this level) opens the latch at once and counts the
+        point as not calm."""
         finite = math.isfinite(risk)
         self._above = self._above + 1 if finite and risk >= self.enter else 0
         self._calm = self._calm + 1 if not finite or risk < self.leave else 0
-        if not self.open and allowed and self._above >= self.n_in:
+        if forced:
+            self.open, self._calm = True, 0
+        elif not self.open and allowed and self._above >= self.n_in:
             self.open, self._calm = True, 0
         elif self.open and self._calm >= self.n_out:
             self.open = False
@@ -266,8 +270,10 @@ class AlertState:
     def state(self) -> str:
         return LEVELS[self.level]
 
-    def update(self, risk: float, ceiling: int = 3) -> int:
-        opened = [la.update(risk, i + 1 <= ceiling) for i, la in enumerate(self._latches)]
+    def update(self, risk: float, ceiling: int = 3, floor: int = 0) -> int:
+        """``floor``: the level the alert floor holds at this point (detectors/floor.py): the latches up to it open
+        at once and stay open while it holds, whatever the risk and the ceiling."""
+        opened = [la.update(risk, i + 1 <= ceiling, i + 1 <= floor) for i, la in enumerate(self._latches)]
         self.level = max((i + 1 for i, o in enumerate(opened) if o), default=0)
         return self.level
 
