@@ -174,7 +174,7 @@ def floor_rule(w: Window, state: dict, p) -> Signal | None:
     if not holds:
         return None
     col = holds[0]
-    return Signal(WARNING, float(vals[col]) if _finite(vals[col]) else math.nan, col,
+    return Signal(max(WARNING, min(3, int(p["level"]))), float(vals[col]) if _finite(vals[col]) else math.nan, col,
                   f"{', '.join(holds)} fell as the collapse label's rule asks (arldiag.label), {LEAD} logged points "
                   f"on; the warning holds until the outcome comes back")
 
@@ -206,6 +206,8 @@ COLLAPSE_FLOOR = Detector(
               "arldiag.label's rule; a floor of the alert state (warning at once, no hysteresis, no corroboration)."),
     inputs=FLOOR_INPUTS,
     rule=floor_rule,
+    params=dict(level=WARNING),
+    param_docs={"level": "the alert level the floor holds while the outcome is down: 2 warning (at least), 3 critical"},
     remedies=(Remedy("stop and roll back to the last checkpoint before the fall"),
               Remedy("read the precursors' findings for the cause before resuming"),),
     explanation="The outcome fell the way a collapse does: by the collapse label's own rule it has lost at least "

@@ -90,6 +90,8 @@ FIRING = {
     # the +1/-1 score falls from about -0.2 (0.4 on [0, 1]) to -0.9 (0.05) and stays there
     "score_collapse": lambda h: _after(h, _set(task_score=lambda r, k: -0.9 + 0.02 * math.sin(k))),
     "success_collapse": lambda h: _after(h, _set(success_rate=lambda r, k: max(0.0, 0.45 - 0.03 * k))),
+    # the success rate drops to zero and stays there: the label's own conditions, 3 points on
+    "collapse_floor": lambda h: _after(h, _set(success_rate=0.0)),
     "mismatch_drift": lambda h: _after(h, _set(mismatch_k3=lambda r, k: 0.0005 * 1.3 ** min(k, 25))),
     "retok_drift": lambda h: _after(h, _set(retok_mismatch_frac=lambda r, k: 0.02)),
 }
