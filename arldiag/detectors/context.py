@@ -37,6 +37,8 @@ class Outcome:
     rise: float          # least-squares slope over the last ``trend`` steps x trend (the change over that span)
     rise_sd: float = math.nan  # the noise of ``rise``: robust per-point noise x sqrt(12 / points in the span)
     fresh_peak: bool = False   # the running peak rose within the trend span
+    level_sd: float = math.nan  # the noise of ``level``: robust per-point noise / sqrt(points it averages)
+    n_levels: int = 0           # smoothed levels the running peak is the best of (for its bias)
 
     @property
     def known(self) -> bool:
@@ -63,6 +65,19 @@ class Outcome:
         ``z`` sds of the rise's noise over the trend span (a noisy flat score is holding; a slide is not)."""
         return (self.near_peak(keep) and math.isfinite(self.rise)
                 and not (math.isfinite(self.rise_sd) and self.rise < -z * self.rise_sd))
+
+    def weakening(self, keep: float = 0.9, z: float = 3.0) -> bool:
+        """The outcome loses ground beyond its noise (the corroboration gate opens for one precursor family): its
+        level sits below ``keep`` x its peak by more than z sds of the level plus the bias of a running maximum of
+        that many levels (sd sqrt(2 ln N): a noisy flat score's peak is its luckiest stretch, not its level), or it
+        falls over the trend span by more than z sds of the rise. Unknown outcome: not weakening."""
+        if not self.known:
+            return False
+        sd = self.level_sd if math.isfinite(self.level_sd) else 0.0
+        bias = math.sqrt(2.0 * math.log(self.n_levels)) if self.n_levels > 1 else 0.0
+        below = self.peak > 0 and self.level < keep * self.peak and self.peak - self.level > (z + bias) * sd
+        falling = math.isfinite(self.rise) and math.isfinite(self.rise_sd) and self.rise < -z * self.rise_sd
+        return bool(below or falling)
 
     def converged(self, keep: float, min_level: float) -> bool:
         """High and steady: level >= min_level and near its peak."""
@@ -155,6 +170,10 @@ class OutcomeTracker:
         span = self.trend if col != EVAL_COLUMN else x.size  # evaluations are sparse: use the whole window
         rise = slope(x, span) * min(span, x.size)
         m = int(np.isfinite(x[-span:]).sum())
-        rise_sd = robust_noise(x) * math.sqrt(12.0 / m) if m >= 2 else math.nan
+        noise = robust_noise(x)
+        rise_sd = noise * math.sqrt(12.0 / m) if m >= 2 else math.nan
         fresh = "peak_n" in self.state and n - self.state["peak_n"] < span
-        return Outcome(col, cur, peak, base, rise, rise_sd, fresh)
+        k = self.eval_points if col == EVAL_COLUMN else self.smooth
+        level_sd = noise / math.sqrt(min(k, max(1, n)))
+        n_levels = max(1, (n - min(k, 3) + 1) // max(1, k)) if full else 0  # roughly independent levels so far
+        return Outcome(col, cur, peak, base, rise, rise_sd, fresh, level_sd, n_levels)

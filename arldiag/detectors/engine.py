@@ -25,6 +25,7 @@ from arldiag.findings import Finding
 from arldiag.settings import active
 
 WINDOW_SIZE = 32
+RAW_COLUMNS = ("nonfinite_tokens", "n_tokens", "lr")  # never repaired as spikes (Evaluator._repairable)
 RISK_MODELS = ("rules", "learned")
 ALARM_LEVEL = LEVELS.index("warning")  # a detector level at or above which its finding counts as a precursor  # rules: noisy-OR of the detectors' levels (risk.py); learned: learned.py
 
@@ -67,7 +68,7 @@ class StepResult:
     # the level this step's risk reaches by itself, before the hysteresis (state): the closed loop acts on a
     # critical reading at once, while the alert state may ask it to last (RiskConfig.critical_steps)
     reading: str = "ok"
-    # the task score holds at its peak and keeps its trend (context.Outcome.holding): one precursor family alone
+    # the outcome is not weakening beyond its noise (context.Outcome.weakening): one precursor family alone
     # opens at most a watch then (RiskConfig.corroborate)
     holding: bool = False
 
@@ -114,6 +115,12 @@ class Evaluator:
         self._new_alert(1)
         self._lagging = tuple(d.name for d in self.detectors if d.lagging)
         self._floors = frozenset(d.name for d in self.detectors if d.floor)
+        # the precursors' inputs lose a one-point spike once the next point is back (Window.repair_spike); the
+        # outcome columns stay as logged (the score rule and the floor read every point), and so do counts of
+        # non-finite values (one NaN is the failure itself)
+        keep_raw = set(OUTCOME_COLUMNS) | {VAL_SCORE} | {c for d in self.detectors if d.lagging or d.floor
+                                                         for c in d.columns} | set(RAW_COLUMNS)
+        self._repairable = [c for c in self.window.columns if c not in keep_raw and c != "step"]
         # optimizer steps between logged points: given (the run's manifest, the batch evaluator's step column) or
         # read off the first two steps online; every window of the rules and the alert state is in optimizer steps
         self.interval: int | None = None
@@ -176,6 +183,8 @@ class Evaluator:
             metrics = {**self._carry, **metrics}
             self._carry = {}
         self.window.push(step, metrics)
+        for c in self._repairable:
+            self.window.repair_spike(c)
         self.window.context = self.outcome.update(self.window)
         signals: dict[str, Signal] = {}
         escalated: list[str] = []
@@ -209,7 +218,8 @@ class Evaluator:
         risk = (combine_risk(detector_levels({n: s.level for n, s in signals.items()}, self.risk_cfg), self.risk_cfg)
                 if self.learned is None
                 else self.learned.update(self.window))
-        holding = self.window.context.holding()
+        # the gate stays closed while the outcome is not weakening beyond its noise (a noisy flat score is not)
+        holding = not self.window.context.weakening()
         ceiling = self.gate.ceiling({n: s.level for n, s in signals.items()}, holding, self._lagging)
         prev = self.alert.state
         floor = max((s.level for n, s in signals.items() if n in self._floors), default=0)

@@ -60,6 +60,21 @@ class Window:
         a = self.series(col)
         return float(a[-1]) if a.size else math.nan
 
+    def repair_spike(self, col: str) -> bool:
+        """Replace the previous point of ``col`` by the mean of its two neighbours when it was a one-point spike
+        (``isolated_spike``): the point after it came back, so a rule that smooths or looks back over the window
+        no longer sees it (a spike in a log written every k steps is one batch, not a trend). The rules saw it
+        raw when it was the newest point. True when it replaced one."""
+        buf = self._buf.get(col)
+        if buf is None or len(buf) < 3:
+            return False
+        a, b, c = buf[-3], buf[-2], buf[-1]
+        if not isolated_spike(a, b, c, self.series(col)):
+            return False
+        buf[-2] = 0.5 * (a + c)
+        self._cache.pop(col, None)
+        return True
+
 
 # ------------------------------------------------------------------------------------------------ pure helpers
 def _finite_tail(x: np.ndarray, k: int) -> np.ndarray:
@@ -101,6 +116,23 @@ def slope(x: np.ndarray, n: int) -> float:
     xc = xi - xi.mean()
     den = float((xc * xc).sum())
     return float((xc * (yi - yi.mean())).sum() / den) if den > 0 else math.nan
+
+
+# a one-point spike: the point stands SPIKE_GAP times further from its neighbours' mean than they stand from each
+# other, and SPIKE_Z robust sds of the series' point-to-point noise from it
+SPIKE_GAP, SPIKE_Z = 4.0, 6.0
+
+
+def isolated_spike(a: float, b: float, c: float, x: np.ndarray) -> bool:
+    """b (between a and c) is a one-point spike of the series x: |b - (a + c) / 2| > SPIKE_GAP |a - c| and >
+    SPIKE_Z x robust_noise(x) (the median change is not moved by one spike). NaN anywhere: not a spike."""
+    if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
+        return False
+    d = abs(b - 0.5 * (a + c))
+    if d <= SPIKE_GAP * abs(a - c):
+        return False
+    s = robust_noise(x)
+    return math.isfinite(s) and d > SPIKE_Z * s
 
 
 def robust_noise(x: np.ndarray) -> float:
