@@ -61,15 +61,15 @@ class RiskConfig:
                                        "second signal)")
     # the least evidence in logged points, whatever the steps ask: a log written every 5 steps turns enter_steps=5
     # into one point, and one point is one batch's noise (binomial noise of 8 samples: a score in steps of 0.125)
-    enter_points: int = _doc(2, "logged points above a threshold before entering a state (at least; with "
+    enter_points: int = _doc(1, "logged points above a threshold before entering a state (at least; with "
                                 "enter_steps and critical_steps, whichever asks more points)")
     exit_points: int = _doc(1, "logged points below the exit threshold before leaving a state (at least; with "
                                "exit_steps, whichever asks more points)")
-    corroborate: bool = _doc(True, "while the outcome is not weakening beyond its noise, one precursor family "
+    corroborate: bool = _doc(False, "while the outcome is not weakening beyond its noise, one precursor family "
                                    "alone opens at most a watch (until it has held its level, solo_warning_steps)")
     solo_critical_steps: int = _doc(10, "optimizer steps one precursor family alone must stay critical to reach "
                                         "critical while the outcome holds (with corroborate)")
-    solo_warning_steps: int = _doc(20, "optimizer steps one precursor family alone must stay at warning or above to "
+    solo_warning_steps: int = _doc(10, "optimizer steps one precursor family alone must stay at warning or above to "
                                        "warn while the outcome holds (with corroborate; at least 2 logged points)")
 
     def at_interval(self, interval: int) -> "RiskConfig":

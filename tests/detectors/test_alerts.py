@@ -131,7 +131,9 @@ def test_monitor_store_sink_uses_record_alert():
         m.on_step(t, {"grad_norm": 1.0, "n_tokens": 1000.0})
     m.on_step(20, {"grad_norm": 100.0, "n_tokens": 1000.0})  # 100x the median: a critical alert at once
     # the state turns critical (and stop_on fires) once the critical reading lasts RiskConfig.critical_steps steps
-    for t in range(21, 20 + m.evaluator.risk_cfg.critical_steps):
+    # and, one family alone with no outcome weakening, solo_critical_steps (the corroboration gate)
+    cfg = m.evaluator.risk_cfg
+    for t in range(21, 20 + max(cfg.critical_steps, cfg.solo_critical_steps if cfg.corroborate else 0)):
         m.on_step(t, {"grad_norm": 100.0, "n_tokens": 1000.0})
     kinds = [r.get("severity") for r in rec if "stop" not in r]
     assert "critical" in kinds and rec[0]["source"] == "online" and rec[0]["step"] == 20
