@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
+from typing import Mapping
 
 from arldiag.detectors.base import LEVELS
 from arldiag.detectors.batch import evaluate_run
@@ -32,6 +33,7 @@ from arldiag.evaluation.scoring import ScoreConfig, score_run
 # real runs (the stable verl PPO notebook: grad_norm at 21x and 15x its median at steps 23 and 25). Demoted, a spike
 # still raises the state together with a second signal.
 LAGGING = tuple(n for n, d in REGISTRY.items() if d.lagging)  # the score itself corroborates (risk.Corroboration)
+FLOORS = tuple(n for n, d in REGISTRY.items() if d.floor)  # their level is a floor of the state (detectors/floor.py)
 STEP_PRIOR_DEMOTE = ("clip_pressure", "grad_norm_spike", "ppo_kl_spike")
 # Declared, not fitted (docs/detectors.md "Alert episodes on step-scalar runs"): two logged points of evidence to
 # open a state and three to close it, whatever the interval; one precursor family alone stays a watch while the score
@@ -74,7 +76,8 @@ def states(rp: Replay, cfg: RiskConfig, lagging: tuple[str, ...] = LAGGING) -> l
     c = cfg.at_interval(rp.interval)
     st, gate = AlertState(c), Corroboration(c)
     holding = rp.holding or [False] * len(rp.levels)
-    return [LEVELS[st.update(combine_risk(detector_levels(lv, cfg), cfg), gate.ceiling(lv, h, lagging))]
+    return [LEVELS[st.update(combine_risk(detector_levels(lv, cfg), cfg), gate.ceiling(lv, h, lagging),
+                             max((lv.get(n, 0) for n in FLOORS), default=0))]
             for lv, h in zip(rp.levels, holding)]
 
 
@@ -130,15 +133,20 @@ def fit(replays: list[Replay], start_demote: tuple[str, ...] = ()) -> tuple[Risk
     return best[1], {**best[2], "objective": -best[0], "grid_points": len(scored)}
 
 
-def leave_one_out(replays: list[Replay], start_demote: tuple[str, ...] = ()) -> dict:
+def leave_one_out(replays: list[Replay], start_demote: tuple[str, ...] = (),
+                  groups: Mapping[str, str] | None = None) -> dict:
     """Each run scored with the settings fitted on the others: a less optimistic estimate than the in-sample fit
-    (the figures a run not used for fitting would get)."""
-    rows = []
-    for i, rp in enumerate(replays):
+    (the figures a run not used for fitting would get). ``groups`` (run name -> its repository): leave one
+    repository out instead, each run scored with the settings fitted on the runs of the other repositories."""
+    group = (lambda n: n) if groups is None else (lambda n: groups.get(n, n))  # noqa: E731
+    rows, fitted = [], {}
+    for rp in replays:
         if rp.ambiguous:
             continue
-        cfg, _ = fit(replays[:i] + replays[i + 1:], start_demote)
-        rows.append(score_run(rp.steps, states(rp, cfg), rp.collapse, interval=rp.interval))
+        g = group(rp.name)
+        if g not in fitted:
+            fitted[g] = fit([o for o in replays if group(o.name) != g], start_demote)[0]
+        rows.append(score_run(rp.steps, states(rp, fitted[g]), rp.collapse, interval=rp.interval))
     fig = _figures(rows, ScoreConfig())
     return {k: fig[k] for k in ("warned_10_ahead", "alarmed_by_3_points", "collapses", "stable_without_warning",
                                 "stable")}
