@@ -69,7 +69,7 @@ class RiskConfig:
                                    "alone opens at most a watch (until it has held its level, solo_warning_steps)")
     solo_critical_steps: int = _doc(10, "optimizer steps one precursor family alone must stay critical to reach "
                                         "critical while the outcome holds (with corroborate)")
-    solo_warning_steps: int = _doc(10, "optimizer steps one precursor family alone must stay at warning or above to "
+    solo_warning_steps: int = _doc(30, "optimizer steps one precursor family alone must stay at warning or above to "
                                        "warn while the outcome holds (with corroborate; at least 2 logged points)")
 
     def at_interval(self, interval: int) -> "RiskConfig":
