@@ -7,20 +7,15 @@ the argument when a run cannot be read.
 from __future__ import annotations
 
 import json
-import math
 
 from arldiag.diff.compare import RunDiff, diff_runs
+from arldiag.diff import text as T
 from arldiag.diff.parting import PartingRule
 from arldiag.findings import jsonable
 from arldiag.store.reader import open_run
 from arldiag.wording import plural
 
 DEFAULT = PartingRule()
-TOKEN_LABELS = (("tokens", "sampled token rows"), ("low_neg_share", "negative-advantage low-IS share"),
-                ("low_neg_kl_share", "  its share of the k3 KL"), ("ratio_q001", "IS ratio q0.1%"),
-                ("ratio_q01", "IS ratio q1%"), ("ratio_q99", "IS ratio q99%"), ("ratio_q999", "IS ratio q99.9%"),
-                ("mismatch_k3", "mismatch k3"), ("mismatch_abs_max", "mismatch max |d|"))
-
 
 def add_arguments(p) -> None:
     p.add_argument("run_a", metavar="RUN_A", help="a run directory")
@@ -59,12 +54,6 @@ def main(args) -> int:
     return 0
 
 
-def _v(x) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "-"
-    return f"{x:.4g}" if isinstance(x, float) else str(x)
-
-
 def text_lines(d: RunDiff, top: int = 20) -> list[str]:
     """The text output: settings that differ first, then the partings by step, then the token window."""
     out = [f"A = {d.run_a}, B = {d.run_b}"]
@@ -73,45 +62,22 @@ def text_lines(d: RunDiff, top: int = 20) -> list[str]:
     for name, acts in d.actions.items():
         if acts:
             out.append(f"closed-loop actions of {name}: " + ", ".join(f"{a} at step {s}" for s, a in acts))
-    if d.steps is None:
-        out.append("no steps in common: nothing to compare")
-        return out
-    out.append(f"compared {plural(len(d.compared), 'metric')} on steps {d.steps[0]}..{d.steps[1]}")
+    if d.steps is not None:
+        out.append(f"compared {plural(len(d.compared), 'metric')} on steps {d.steps[0]}..{d.steps[1]}")
+    out += T.summary(d)
     if not d.partings:
-        out.append("no parting found: every shared metric stays within both runs' noise")
         return out
-    out += summary_lines(d)
-    out.append(f"partings by step ({len(d.partings)}; gap = trailing mean of A - B, need = the gap the noise "
-               "allows):")
+    out.append(f"partings by step ({len(d.partings)}; A, B = the trailing means there, gap/need = how far beyond "
+               "the noise):")
     out.append(f"  {'step':>6}  {'metric':<34} {'A':>10} {'B':>10} {'gap/need':>9}")
     for p in d.partings[:top]:
-        out.append(f"  {p.step:>6}  {p.metric:<34} {_v(p.mean_a):>10} {_v(p.mean_b):>10} {_v(p.strength):>9}")
+        out.append(f"  {p.step:>6}  {p.metric:<34} {T.num(p.mean_a):>10} {T.num(p.mean_b):>10} "
+                   f"{T.num(p.strength):>9}")
     if len(d.partings) > top:
         out.append(f"  ... {len(d.partings) - top} more (--top N, or --json)")
-    return out + token_lines(d)
-
-
-def summary_lines(d: RunDiff) -> list[str]:
-    f = d.first
-    out = [f"first to part: {f.metric} at step {f.step} (A {_v(f.mean_a)}, B {_v(f.mean_b)})"]
-    if d.outcome is None:
-        out.append("outcome: neither a success rate nor a task score is logged by both runs")
-    elif d.outcome_step is None:
-        out.append(f"outcome {d.outcome}: does not part")
-    else:
-        out.append(f"outcome {d.outcome} parts at step {d.outcome_step}: "
-                   + (f"{f.metric} moved {plural(d.lead, 'step')} before it" if d.lead else "it parts first"))
-    return out
-
-
-def token_lines(d: RunDiff) -> list[str]:
-    if not d.tokens or d.token_window is None:
-        return []
-    names = list(d.tokens)
-    lo, hi = d.token_window
-    out = [f"token statistics in steps {lo}..{hi} (before the outcome parts):",
-           f"  {'':<34} " + " ".join(f"{ab:>14}" for ab in ("A", "B"))]
-    for key, label in TOKEN_LABELS:
-        vals = [(d.tokens[n] or {}).get(key) for n in names]
-        out.append(f"  {label:<34} " + " ".join(f"{_v(v):>14}" for v in vals))
+    rows = T.token_rows(d)
+    if rows:
+        lo, hi = d.token_window
+        out += [f"token statistics in steps {lo}..{hi} (before the outcome parts):", f"  {'':<34} {'A':>14} {'B':>14}"]
+        out += [f"  {label:<34} {a:>14} {b:>14}" for label, a, b in rows]
     return out
