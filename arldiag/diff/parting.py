@@ -4,19 +4,22 @@ Two runs log a metric at their own steps. ``align`` puts both on one grid: the s
 shorter run bounds the comparison) at the coarser run's logged steps, each value of the finer run being the mean of
 its points in the interval (previous coarse step, this step] (a trainer that logs every 5 steps logs such a mean).
 
-``first_parting`` then tests, at each aligned point i, the gap between the two runs' trailing means over ``window``
-points, g_i = mean(a[i-w+1..i]) - mean(b[i-w+1..i]), against both runs' own noise: s_a, s_b, the sd of one point
-from its point-to-point changes with the largest quarter left out (``detectors.score.trimmed_sd``, the estimate the
-score detector uses), over the aligned series. Two independent runs of one stationary process have
-Var(g) = (s_a^2 + s_b^2) / w, so the runs part at the first point where
+``first_parting`` then tests, at each aligned point i, the gap between the two runs' trailing medians over
+``window`` points, g_i = med(a[i-w+1..i]) - med(b[i-w+1..i]) (medians, not means: a metric with heavy or skewed
+tails, a gradient norm or a KL, throws outliers that would move a mean for w points), against both runs' own noise:
+s_a, s_b, the sd of one point from its point-to-point changes with the largest quarter left out
+(``detectors.score.trimmed_sd``, the estimate the score detector uses), over the aligned series. Two independent runs
+of one stationary process with normal noise have sd(g) <= sqrt(pi / 2) sqrt(s_a^2 + s_b^2) / sqrt(w) (the sd of a
+median of w points is at most sqrt(pi / 2) that of their mean), so the runs part at the first point where
 
-    |g_i| >= sqrt(s_a^2 + s_b^2) / sqrt(w) * (t + sqrt(2 ln(N / w)))
+    |g_i| >= sqrt(pi / 2) sqrt(s_a^2 + s_b^2) / sqrt(w) * (t + sqrt(2 ln(N / w)))
 
-and the gap keeps its sign and stays beyond for ``confirm`` consecutive points (default window + 1: one outlier moves
-w trailing means, so it cannot part two runs alone; a heavy-tailed metric such as a gradient norm spikes). t is the Student-t quantile of ``z``
-for the changes the noise rests on (``detectors.score.t_from_z``: few changes, a wider margin); sqrt(2 ln(N / w)) is
-the multiple-comparisons margin over the N points tested (about N / w independent trailing means; the expected
-maximum of n standard normals is at most sqrt(2 ln n), the margin the score detector adds for its running peak).
+and the gap keeps its sign and stays beyond for ``confirm`` consecutive points (default window + 1: the windows at
+the first and the last of those points share no point, so one burst cannot part two runs alone). t is the
+Student-t quantile of ``z`` for the changes the noise rests on (``detectors.score.t_from_z``: few changes, a wider
+margin); sqrt(2 ln(N / w)) is the multiple-comparisons margin over the N points tested (about N / w independent
+windows; the expected maximum of n standard normals is at most sqrt(2 ln n), the margin the score detector adds for
+its running peak).
 """
 from __future__ import annotations
 
@@ -27,6 +30,9 @@ import numpy as np
 
 from arldiag.detectors.score import NOISE_TRIM, t_from_z, trimmed_sd
 
+# sd of the median of w normal points / sd of their mean: sqrt(pi / 2), the large-w value (for w = 5 the exact
+# ratio is 1.20: the need is then slightly wide)
+MEDIAN_SD = math.sqrt(math.pi / 2.0)
 # share of zero point-to-point changes from which a metric's noise keeps all its changes (``noise``)
 ZERO_SHARE = 0.5
 
@@ -34,10 +40,10 @@ ZERO_SHARE = 0.5
 @dataclass(frozen=True)
 class PartingRule:
     """The parting rule's settings (docs/detectors.md "Where two runs part (`arldiag diff`)")."""
-    window: int = 5        # aligned points in each run's trailing mean
+    window: int = 5        # aligned points in each run's trailing median
     z: float = 3.0         # normal quantile of one test before the margins (the detectors' noise_z)
-    confirm: int = 6       # consecutive aligned points the gap must stay beyond, with one sign (> window: one
-    #                        outlier, which moves `window` trailing means, cannot part two runs alone)
+    confirm: int = 6       # consecutive aligned points the gap must stay beyond, with one sign (> window: the first
+    #                        and the last window share no point, so one burst cannot part two runs alone)
     noise_min: int = 6     # aligned points each run needs for its noise to be measured
     rel_tol: float = 1e-9  # a gap under rel_tol x the series' largest |value| is float rounding, not a gap
 
@@ -51,12 +57,13 @@ class PartingRule:
 @dataclass(frozen=True)
 class Parting:
     """Where one metric's two series part."""
-    step: int              # the first aligned step of the confirmed stretch
-    gap: float             # trailing mean of A minus trailing mean of B there
+    step: int              # the first aligned step of the confirmed stretch, moved back over the points of its
+    #                        window already parted (``_move_back``)
+    gap: float             # trailing median of A minus trailing median of B there
     need: float            # the |gap| the rule needed there
     noise_a: float         # s_a, sd of one aligned point of A
     noise_b: float
-    mean_a: float          # the trailing means at the parting
+    mean_a: float          # the trailing medians at the parting
     mean_b: float
 
     @property
@@ -115,9 +122,8 @@ def noise(y: np.ndarray) -> float:
 
 
 def _trailing(x: np.ndarray, w: int) -> np.ndarray:
-    """[n - w + 1]: means of x[i-w+1..i] for i = w-1 .. n-1."""
-    c = np.concatenate([[0.0], np.cumsum(x)])
-    return (c[w:] - c[:-w]) / w
+    """[n - w + 1]: medians of x[i-w+1..i] for i = w-1 .. n-1."""
+    return np.median(np.lib.stride_tricks.sliding_window_view(x, w), axis=1)
 
 
 def need_of(s_a: float, s_b: float, n_points: int, rule: PartingRule) -> float:
@@ -125,7 +131,7 @@ def need_of(s_a: float, s_b: float, n_points: int, rule: PartingRule) -> float:
     w = rule.window
     t = t_from_z(rule.z, max(1, n_points - 1))
     margin = math.sqrt(2.0 * math.log(max(1.0, (n_points - w + 1) / w)))
-    return math.hypot(s_a, s_b) / math.sqrt(w) * (t + margin)
+    return MEDIAN_SD * math.hypot(s_a, s_b) / math.sqrt(w) * (t + margin)
 
 
 def first_parting(steps, a, b, rule: PartingRule = PartingRule()) -> Parting | None:
@@ -145,5 +151,15 @@ def first_parting(steps, a, b, rule: PartingRule = PartingRule()) -> Parting | N
     for j in np.flatnonzero(over):
         span = slice(j, j + c)
         if j + c <= gap.size and over[span].all() and np.all(sign[span] == sign[j]):
-            return Parting(int(steps[j + w - 1]), float(gap[j]), float(need), s_a, s_b, float(ma[j]), float(mb[j]))
+            i = _move_back(a - b, j + w - 1, j, need, sign[j])
+            return Parting(int(steps[i]), float(gap[j]), float(need), s_a, s_b, float(ma[j]), float(mb[j]))
     return None
+
+
+def _move_back(d: np.ndarray, i: int, lo: int, need: float, sign: float) -> int:
+    """A trailing median lags an abrupt change by up to w - 1 points: move back over the points of the window
+    just before i whose own gap d = a - b already has the parting's sign and size (as the collapse label moves
+    back over the raw values already below its threshold)."""
+    while i > lo and np.sign(d[i - 1]) == sign and abs(d[i - 1]) >= need:
+        i -= 1
+    return i
