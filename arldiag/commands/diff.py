@@ -22,7 +22,7 @@ def add_arguments(p) -> None:
     p.add_argument("run_b", metavar="RUN_B", help="the run directory to compare it with")
     p.add_argument("--json", action="store_true", help="print the comparison as versioned JSON")
     p.add_argument("--window", type=int, default=DEFAULT.window,
-                   help=f"aligned points in each trailing mean (default {DEFAULT.window})")
+                   help=f"aligned points in each trailing median (default {DEFAULT.window})")
     p.add_argument("--confirm", type=int, default=DEFAULT.confirm,
                    help=f"consecutive points the gap must stay beyond the noise (default {DEFAULT.confirm})")
     p.add_argument("--z", type=float, default=DEFAULT.z,
@@ -67,7 +67,7 @@ def text_lines(d: RunDiff, top: int = 20) -> list[str]:
     out += T.summary(d)
     if not d.partings:
         return out
-    out.append(f"partings by step ({len(d.partings)}; A, B = the trailing means there, gap/need = how far beyond "
+    out.append(f"partings by step ({len(d.partings)}; A, B = the trailing medians there, gap/need = how far beyond "
                "the noise):")
     out.append(f"  {'step':>6}  {'metric':<34} {'A':>10} {'B':>10} {'gap/need':>9}")
     for p in d.partings[:top]:

@@ -127,7 +127,7 @@ def _trailing(x: np.ndarray, w: int) -> np.ndarray:
 
 
 def need_of(s_a: float, s_b: float, n_points: int, rule: PartingRule) -> float:
-    """The |gap| of two trailing means the rule needs (module doc), for series of ``n_points`` aligned points."""
+    """The |gap| of two trailing medians the rule needs (module doc), for series of ``n_points`` aligned points."""
     w = rule.window
     t = t_from_z(rule.z, max(1, n_points - 1))
     margin = math.sqrt(2.0 * math.log(max(1.0, (n_points - w + 1) / w)))

@@ -32,7 +32,7 @@ def build(report) -> Section | None:
         rows = [[p.step, p.metric, DT.num(p.mean_a), DT.num(p.mean_b), DT.num(p.strength)] for p in d.partings[:TOP]]
         more = f" (the first {TOP} of {len(d.partings)})" if len(d.partings) > TOP else ""
         blocks += [Heading(f"Partings by step{more}"),
-                   Table(["step", "metric", f"{a}: trailing mean", f"{b}: trailing mean", "gap / need"], rows)]
+                   Table(["step", "metric", f"{a}: trailing median", f"{b}: trailing median", "gap / need"], rows)]
     token_rows = DT.token_rows(d)
     if token_rows:
         lo, hi = d.token_window
