@@ -17,10 +17,10 @@ import pandas as pd
 from arldiag.aliases import TASK_SCORE
 from arldiag.diff.parting import Parting, PartingRule, align, first_parting
 from arldiag.diff.settings import setting_delta
-from arldiag.diff.tokens import window_stats
+from arldiag.diff.tokens import one_in, window_stats
 from arldiag.label import EVAL_COLUMN, EVAL_MIN_POINTS, REWARD_COLUMN, SUCCESS_COLUMNS
 from arldiag.schema import STEP_METRICS
-from arldiag.views._sql import table_rows
+from arldiag.views._sql import query
 from arldiag.views.events import actions
 from arldiag.views.series import step_frame
 
@@ -37,7 +37,7 @@ class RunSide:
     manifest: dict
     steps: pd.DataFrame                 # the steps view of the run, one row per step
     actions: list[tuple[int, str]] = field(default_factory=list)   # (step, action) of its closed loop
-    token_rows: int = 0
+    has_tokens: bool = False            # the run has token rows (their number is not counted)
 
 
 @dataclass
@@ -101,9 +101,17 @@ def load(run: Any, name: str | None = None) -> RunSide:
     name = name or run.names[0]
     manifest = dict(run.manifests.get(name, run.manifest))
     steps = step_frame(run, name)
-    acts = actions(run, name=name) if table_rows(run, "actions", name) else pd.DataFrame()
+    acts = actions(run, name=name) if has_rows(run, "actions", name) else pd.DataFrame()
     acted = [(int(s), str(a)) for s, a in zip(acts.get("step", []), acts.get("action", []))]
-    return RunSide(name, manifest, steps, acted, table_rows(run, "tokens", name))
+    return RunSide(name, manifest, steps, acted, has_rows(run, "tokens", name))
+
+
+def has_rows(run: Any, table: str, name: str) -> bool:
+    """The run has at least one row in ``table`` (reads one row, not a count of them)."""
+    try:
+        return not query(run, f"select 1 from {table} where run = ? limit 1", [name]).empty
+    except Exception:  # noqa: BLE001 - a table the store never wrote has no view
+        return False
 
 
 def _values(df: pd.DataFrame, col: str) -> np.ndarray:
@@ -191,12 +199,24 @@ def token_window(diff: RunDiff, a: RunSide, b: RunSide) -> tuple[int, int] | Non
 def add_tokens(diff: RunDiff, run_a: Any, run_b: Any, a: RunSide, b: RunSide) -> RunDiff:
     """The token statistics of both runs over ``token_window`` (one query per run), when both have token rows."""
     win = token_window(diff, a, b)
-    if win is None or not (a.token_rows and b.token_rows):
+    if win is None or not (a.has_tokens and b.has_tokens):
         return diff
     diff.token_window = win
-    diff.tokens = {"A" if a.name == b.name else a.name: window_stats(run_a, *win, a.name, a.manifest),
-                   "B" if a.name == b.name else b.name: window_stats(run_b, *win, b.name, b.manifest)}
+    diff.tokens = {"A" if a.name == b.name else a.name: window_stats(run_a, *win, a.name, a.manifest,
+                                                                     one_in(_window_rows(a, win))),
+                   "B" if a.name == b.name else b.name: window_stats(run_b, *win, b.name, b.manifest,
+                                                                     one_in(_window_rows(b, win)))}
     return diff
+
+
+def _window_rows(side: RunSide, win: tuple[int, int]) -> float:
+    """The stored token rows expected in the window: its n_tokens x the run's token_sample_rate (NaN: unknown)."""
+    s = side.steps
+    if "n_tokens" not in s:
+        return float("nan")
+    sel = (s["step"] >= win[0]) & (s["step"] <= win[1])
+    rate = side.manifest.get("token_sample_rate") or 1.0
+    return float(np.nansum(_values(s[sel], "n_tokens"))) * float(rate)
 
 
 def diff_runs(run_a: Any, run_b: Any, rule: PartingRule = PartingRule(), tokens: bool = True) -> RunDiff:

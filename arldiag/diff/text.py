@@ -8,7 +8,7 @@ from typing import Any
 from arldiag.diff.compare import RunDiff
 from arldiag.wording import plural
 
-TOKEN_LABELS = (("tokens", "sampled token rows"), ("low_neg_share", "negative-advantage low-IS share"),
+TOKEN_LABELS = (("tokens", "token rows read"), ("one_in", "  one sample in"), ("low_neg_share", "negative-advantage low-IS share"),
                 ("low_neg_kl_share", "  its share of the k3 KL"), ("ratio_q001", "IS ratio q0.1%"),
                 ("ratio_q01", "IS ratio q1%"), ("ratio_q99", "IS ratio q99%"), ("ratio_q999", "IS ratio q99.9%"),
                 ("mismatch_k3", "mismatch k3"), ("mismatch_abs_max", "mismatch max |d|"))
