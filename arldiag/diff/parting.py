@@ -147,13 +147,21 @@ def first_parting(steps, a, b, rule: PartingRule = PartingRule()) -> Parting | N
     ma, mb = _trailing(a, w), _trailing(b, w)
     gap = ma - mb                                          # [n - w + 1], index j <-> aligned point j + w - 1
     over = (np.abs(gap) >= need) & (np.abs(gap) > tol)
-    sign = np.sign(gap)
-    for j in np.flatnonzero(over):
-        span = slice(j, j + c)
-        if j + c <= gap.size and over[span].all() and np.all(sign[span] == sign[j]):
-            i = _move_back(a - b, j + w - 1, j, need, sign[j])
-            return Parting(int(steps[i]), float(gap[j]), float(need), s_a, s_b, float(ma[j]), float(mb[j]))
-    return None
+    starts = [_first_run(over & (np.sign(gap) == sg), c) for sg in (1.0, -1.0)]
+    starts = [j for j in starts if j is not None]
+    if not starts:
+        return None
+    j = min(starts)
+    i = _move_back(a - b, j + w - 1, j, need, float(np.sign(gap[j])))
+    return Parting(int(steps[i]), float(gap[j]), float(need), s_a, s_b, float(ma[j]), float(mb[j]))
+
+
+def _first_run(ok: np.ndarray, c: int) -> int | None:
+    """The first index that starts ``c`` consecutive True values of ``ok``, None when there is none."""
+    if ok.size < c:
+        return None
+    full = np.flatnonzero(np.convolve(ok.astype(np.int64), np.ones(c, np.int64), "valid") == c)
+    return int(full[0]) if full.size else None
 
 
 def _move_back(d: np.ndarray, i: int, lo: int, need: float, sign: float) -> int:
