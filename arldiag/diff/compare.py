@@ -25,8 +25,9 @@ from arldiag.views.events import actions
 from arldiag.views.series import step_frame
 
 DIFF_VERSION = "1.0"
-# bookkeeping, not training: wall-clock timings and counters of the log itself
-SKIP = frozenset({"run", "step", "time", "epoch", "step_time"})
+# bookkeeping, not training: wall-clock timings and counters of the log itself (an imported log counts one update
+# per logged row)
+SKIP = frozenset({"run", "step", "time", "epoch", "step_time", "n_updates"})
 OWN = tuple(m.name for m in STEP_METRICS)
 
 

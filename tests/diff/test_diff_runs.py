@@ -118,3 +118,20 @@ def test_two_real_runs_of_one_sweep(tmp_path):
     assert d.first.mean_a > d.first.mean_b                    # rho 0.50's answers are the short ones
     assert d.outcome == "task_score" and 40 <= d.outcome_step <= 50
     assert d.lead >= 10
+
+
+def test_the_closed_loop_pair_at_different_log_intervals(tmp_path):
+    """The plain run logged every 5th step (exported to CSV, imported with `arldiag import csv`) against the twin
+    logged every step: the grid is the plain run's, the twin's steps are averaged over each 5-step interval; they
+    part within one interval of the loop's first action, never before it."""
+    plain = arldiag.open_run(SAMPLES / "cispo_lag1_s78")
+    frame = plain.df("select * exclude (run, time) from steps where step % 5 = 0 order by step")
+    frame.to_csv(tmp_path / "plain5.csv", index=False)
+    assert main(["import", "csv", str(tmp_path / "plain5.csv"), "--out", str(tmp_path / "plain5")]) == 0
+    auto = arldiag.open_run(SAMPLES / "cispo_lag1_auto_s78")
+    acted = int(auto.df("select min(step) as s from actions")["s"].iloc[0])
+    d = diff_runs(arldiag.open_run(tmp_path / "plain5"), auto)
+    assert d.steps == (0, 195)                           # the coarse run's last logged step bounds it
+    assert acted + 1 <= d.first.step <= acted + 1 + 5
+    assert all(p.points <= 40 for p in d.partings)       # on the coarse grid
+    assert d.outcome == "eval_success" and d.outcome_step >= d.first.step
