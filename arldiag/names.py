@@ -187,7 +187,7 @@ def _by_stat(w: Words, what: str, cols: dict, extra: str = "") -> tuple:
     col = cols.get(w.stat)
     if col is None:
         have = ", ".join(sorted(cols)) or "none"
-        return None, read, f"arldiag keeps {what} as {have} only"
+        return None, read, f"no column for this statistic: arldiag keeps the {have} of {what}"
     return col, read, ""
 
 
@@ -199,13 +199,13 @@ def _entropy(w: Words) -> tuple:
 
 def _length(w: Words) -> tuple:
     if w.any("prompt", "query", "queries", "ob", "obs", "observation", "input", "total"):
-        return None, "a prompt or total length", "arldiag keeps the response length only"
+        return None, "a prompt or total length", "a prompt or total length, not the response's"
     subset = [x for x in ("terminated", "aborted", "nonaborted", "correct", "incorrect", "zero", "nonzero", "woobs",
                           "positive", "negative", "clip", "truncated") if x in w.all]
     if subset:
-        return None, "the length of a subset of responses", f"({' '.join(subset)}) not all responses"
+        return None, "the length of a subset of responses", f"the length of {' '.join(subset)} responses only"
     if w.any("seq") and not w.any("response"):
-        return None, "a sequence length (prompt + response in verl and AReaL)", "ambiguous: not the response alone"
+        return None, "a sequence length", "ambiguous: prompt + response (verl, AReaL) or the response?"
     if not w.any("response"):
         return None, "a length of something unnamed", "ambiguous: too few words (whose length?)"
     cols = {"mean": "response_length_mean", "max": "response_length_max", "min": "response_length_min"}
@@ -218,7 +218,7 @@ def _is_length(w: Words) -> bool:
 
 def _truncated(w: Words) -> tuple:
     if w.any("prompt", "query", "aborted", "nonaborted", "seq"):
-        return None, "a prompt or subset truncation", "not the responses cut at the length limit"
+        return None, "a prompt or subset truncation", "a prompt's or a subset's truncation, not all responses'"
     if w.stat not in ("mean",):
         return None, f"truncated responses, {w.stat}", "arldiag keeps the truncated fraction only"
     return "truncated_frac", "responses cut at the length limit, fraction", ""
@@ -288,11 +288,11 @@ def _estimator(w: Words) -> str:
 
 def _clip(w: Words) -> tuple:
     if w.any("grad", "value", "vf", "reward", "advantage", "is", "tis", "mis", "weight", "cispo", "sample"):
-        return None, "a clip fraction of something else", "not the policy-ratio clip fraction"
+        return None, "a clip fraction of something else", "the clip fraction of a value, gradient or weight"
     if w.stat in ("max", "min", "std"):
         bound = "low-bound " if w.any("low") else "high-bound " if w.any("high") else ""
         return None, f"{bound}clip fraction, {w.stat} over processes", \
-            "arldiag keeps the token fraction over the whole batch (its mean), which trainers log beside it"
+            "a clip fraction's extreme over processes: arldiag keeps its mean over all tokens, logged beside it"
     if w.any("dual"):
         return "pg_clipfrac_lower", "dual-clip fraction", ""
     if w.any("region"):
@@ -306,7 +306,7 @@ def _clip(w: Words) -> tuple:
 
 def _grad(w: Words) -> tuple:
     if w.any("critic", "value", "vf", "clip"):
-        return None, "a gradient norm of another model or a clip count", "not the policy's gradient norm"
+        return None, "the critic's gradient norm", "the critic's, not the policy's"
     if w.stat != "mean":
         return None, f"gradient norm, {w.stat}", "arldiag keeps the step's gradient norm only"
     return "grad_norm", "gradient norm", ""
@@ -314,7 +314,7 @@ def _grad(w: Words) -> tuple:
 
 def _lr(w: Words) -> tuple:
     if w.any("critic", "value", "vf"):
-        return None, "the critic's learning rate", "not the policy's"
+        return None, "the critic's learning rate", "the critic's, not the policy's"
     return "lr", "learning rate", ""
 
 
@@ -325,8 +325,7 @@ def _advantage(w: Words) -> tuple:
 
 
 def _reward(w: Words) -> tuple:
-    stated = any(x in w.all for x in ("mean", "std"))
-    if not stated:
+    if w.stat == "mean" and "mean" not in w.all:
         return None, "a reward", "no statistic named: the total reward is a task-score candidate, not placed by words"
     return _by_stat(w, "reward", {"mean": "reward_mean", "std": "reward_std"})
 
