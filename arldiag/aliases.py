@@ -60,6 +60,13 @@ ALIASES: dict[str, str] = {
     "ac_tokens_per_turn": "response_length_mean", "env/all/ac_tokens_per_turn": "response_length_mean",
     "generate/max_num_tokens": "response_length_max", "generate/min_num_tokens": "response_length_min",
     "pg_clipfrac_lower": "pg_clipfrac_lower",
+    # TRL's PPO (0.12-0.19) and legacy PPO: the policy loss and the PPO ratio's mean (logged under val/)
+    "loss/policy_avg": "pg_loss", "ppo/loss/policy": "pg_loss", "val/ratio": "ratio_mean",
+    # OpenRLHF: each sample's group reward std, averaged
+    "group_reward_std": "group_reward_std_mean",
+    # the batch's mean reward under the name of the task's reward: slime's raw reward (before the group
+    # normalisation of rollout/rewards), Tinker's mean episode reward, AReaL's task reward before its shaping
+    "rollout/raw_reward": "reward_mean", "env/all/reward/total": "reward_mean", "ppo_actor/task_reward/avg": "reward_mean",
     # verl's KL loss to the reference: its default kl_loss_type low_var_kl is the k3 estimator (clamped at 10)
     "actor/kl_loss": "kl_ref_k3",
     "actor/pg_loss": "pg_loss", "policy_loss": "pg_loss", "pg_loss": "pg_loss", "loss": "loss",

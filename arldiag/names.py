@@ -410,7 +410,7 @@ RULES: tuple[tuple[str, Callable[[Words], bool], Callable[[Words], tuple]], ...]
     ("truncated", _is_truncated, _truncated),
     ("clip", lambda w: w.any("clip"), _clip),
     ("entropy", lambda w: w.any("entropy"), _entropy),
-    ("ratio", lambda w: w.any("isratio"), _ratio),
+    ("ratio", lambda w: w.any("isratio") or (w.has("is") and w.any("weight", "frac")), _ratio),
     ("length", _is_length, _length),
     ("grad_norm", lambda w: w.has("grad", "norm"), _grad),
     ("lr", lambda w: w.any("lr") or w.has("learning", "frac"), _lr),
@@ -440,11 +440,11 @@ QUANTITY_WORDS = {
                          "nonzero", "woobs", "positive", "negative", "clip", "truncated", "seq", "num", "nonaborted"}),
     "grad_norm": frozenset({"grad", "norm", "critic", "value", "vf", "clip"}),
     "lr": frozenset({"lr", "learning", "frac", "critic", "value", "vf"}),
-    "format": frozenset({"format", "valid", "frac", "reward", "check", "error", "invalid", "penalty", "fail",
+    "format": frozenset({"format", "valid", "frac", "reward", "check", "error", "invalid", "penalty", "fail", "think",
                          "failure", "wrong", "ok", "follow", "accuracy", "correct"}),
     "advantage": frozenset({"advantage", "raw", "abs", "clip", "norm", "normalized", "positive", "negative"}),
     "reward": frozenset({"reward"}),
-    "ratio": frozenset({"isratio"}),
+    "ratio": frozenset({"isratio", "is", "weight", "frac"}),
 }
 
 
