@@ -112,16 +112,18 @@ _SAME = {
 CONTEXT = frozenset({"train", "training", "trainer", "actor", "act", "policy", "critic", "metrics", "metric",
                      "batch", "env", "all", "objective", "ppo", "grpo", "update", "optim", "stats", "step",
                      "rollout", "generate", "mean", "per", "token", "raw", "data", "loss", "pg", "avg",
-                     "model", "online", "agent", "iter", "global"})
+                     "model", "online", "agent", "iter", "global", "debug", "vs"})
 _STATS = ("mean", "max", "min", "std")
 _STAT_WORDS = {"max": "max", "min": "min", "std": "std", "var": "var", "median": "median", "sum": "sum",
                "total": "sum", "p50": "median", "p90": "p90", "p95": "p95", "p99": "p99"}
 
 
 # two words that are one (raw spellings, before normalising): ROLL's non_prompt length, verl's non_aborted
-# responses, "policy ratio" (the PPO importance ratio, not a fraction), "learning rate", k3's "low_var_kl"
+# responses, a "policy / probs / importance / sampling / is ratio" (an importance ratio, not a fraction; beside a
+# rollout-engine word it is the mismatch IS weight), "learning rate", k3's "low_var_kl"
 _PAIRS = {("non", "prompt"): "response", ("non", "aborted"): "nonaborted", ("policy", "ratio"): "isratio",
-          ("ppo", "ratio"): "isratio", ("learning", "rate"): "lr", ("low", "var"): "lowvar", ("no", "eos"): "noeos",
+          ("ppo", "ratio"): "isratio", ("probs", "ratio"): "isratio", ("prob", "ratio"): "isratio",
+          ("importance", "ratio"): "isratio", ("sampling", "ratio"): "isratio", ("is", "ratio"): "isratio", ("learning", "rate"): "lr", ("low", "var"): "lowvar", ("no", "eos"): "noeos",
           ("wo", "obs"): "woobs", ("non", "score"): "nonscore"}
 
 
@@ -375,7 +377,7 @@ def _mismatch(w: Words) -> tuple:
             return None, "|log-prob difference| per sequence", "arldiag keeps token-level ones"
         cols = {"mean": "mismatch_log_abs_mean", "max": "mismatch_log_abs_max"}
         return _by_stat(w, "|lp_trainer - lp_rollout|", cols)
-    if w.any("is", "weight") and not seq and not w.any("ess", "eff", "batch", "norm"):
+    if w.any("is", "weight", "isratio") and not seq and not w.any("ess", "eff", "batch", "norm"):
         if w.any("masked", "mask", "oob", "rejected", "rs"):
             return "mismatch_masked_frac", "tokens removed for their mismatch, fraction", ""
         if w.has("frac") and w.any("high", "low"):
@@ -395,7 +397,7 @@ def _stat_only(w: Words, col: str, what: str) -> tuple:
 
 
 def _is_mismatch(w: Words) -> bool:
-    return _mismatch_context(w) or (w.has("sampling") and w.any("logp", "is", "weight", "diff")) or \
+    return _mismatch_context(w) or (w.has("sampling") and w.any("logp", "is", "weight", "diff", "isratio")) or \
         (w.any("chi2", "ppl") and w.any("rollout", "correction", "mismatch", "token", "seq", "diff"))
 
 
@@ -427,7 +429,7 @@ QUANTITY_WORDS = {
                            "engine", "sampling", "sample", "old", "train", "prob", "logp", "diff", "abs", "valid",
                            "chi2", "seq", "ppl", "log", "is", "weight", "frac", "high", "low", "masked", "mask",
                            "oob", "rs", "tis", "mis", "clip", "truncated", "ess", "eff", "size", "norm", "factor",
-                           "behave", "deviation"}),
+                           "behave", "deviation", "isratio"}),
     "zero_std": frozenset({"zero", "std", "frac", "group", "groups", "reward"}),
     "truncated": frozenset({"truncated", "frac", "clip", "length", "response", "prompt", "query", "aborted",
                             "nonaborted", "seq", "noeos"}),
@@ -461,6 +463,11 @@ def read_words(name: str) -> Reading:
     if outcome and not (hits and hits[0][0] in ("kl", "mismatch", "length", "entropy")):
         return Reading(name, None, read_as="an outcome", why="the task score is chosen by aliases.task_score_source")
     not_metric = [_NOT_METRICS[x] for x in w.all if x in _NOT_METRICS]
+    if not hits and "loss" in w.all and w.stat in ("mean", "sum") and not w.any("critic", "sum") \
+            and all(x in CONTEXT or x == "total" for x in w.all):
+        # a loss with no other quantity named: the policy loss when the policy is named, else the total loss
+        pg = w.any("pg", "policy") and not w.any("total")
+        return Reading(name, "pg_loss" if pg else "loss", HOW_WORDS, "policy loss" if pg else "total loss")
     if not hits:
         if not_metric:
             return Reading(name, None, read_as=not_metric[0], why="not a detector input")
