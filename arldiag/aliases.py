@@ -375,11 +375,14 @@ class LiveResolver:
         self.sources: dict[str, str | None] = dict(sources or {})  # task_score / val_score -> logged column
         self._barren: set[tuple[str, frozenset]] = set()  # (score, key set) without any candidate name
 
-    def _plan(self, keys: frozenset) -> list[tuple[str, str]]:
+    def _plan(self, names: Iterable[str]) -> list[tuple[str, str]]:
+        """(logged, arldiag) pairs for a step's names, in the trainer's order: of two names for one metric the
+        first wins, as the first column of a file does at ``arldiag import`` (importers.steps.plan_names)."""
         if self._resolver is None:  # arldiag.toml [aliases] and the names given here, the table, the words
             self._resolver = MetricResolver(self._extra)
-        plan, taken = [], set(keys)
-        for k in sorted(keys):
+        names = list(names)
+        plan, taken = [], {k for k in names if self._resolver.resolve(k) in (None, k)}
+        for k in names:
             to = self._resolver.resolve(k)
             if to is not None and to != k and to not in taken:
                 plan.append((k, to))
@@ -410,7 +413,7 @@ class LiveResolver:
         if plan is None:
             if len(self._plans) > 256:  # a trainer with ever-changing keys: keep the memory bounded
                 self._plans.clear()
-            plan = self._plans[keys] = self._plan(keys)
+            plan = self._plans[keys] = self._plan(metrics)
         if len(self.sources) < 2:
             self._choose(metrics, keys)
         out = dict(metrics)

@@ -113,7 +113,8 @@ CONTEXT = frozenset({"train", "training", "trainer", "actor", "act", "policy", "
                      "batch", "env", "all", "objective", "ppo", "grpo", "update", "optim", "stats", "step",
                      "rollout", "generate", "mean", "per", "token", "raw", "data", "loss", "pg", "avg",
                      "model", "online", "agent", "iter", "global", "debug", "vs"})
-_STATS = ("mean", "max", "min", "std")
+# a first path segment that names where a metric was logged (the mismatch rule reads past it)
+_NAMESPACES = ("training", "train", "policy", "optim", "actor", "rollout", "metrics")
 _STAT_WORDS = {"max": "max", "min": "min", "std": "std", "var": "var", "median": "median", "sum": "sum",
                "total": "sum", "p50": "median", "p90": "p90", "p95": "p95", "p99": "p99"}
 
@@ -152,6 +153,7 @@ class Words:
     "mean" when none) and ``has`` for membership."""
     all: tuple[str, ...]
     stat: str
+    ns: str = ""  # the first path segment when it is one namespace word (``training/``, ``policy/``, ``rollout/``)
 
     def has(self, *ws: str) -> bool:
         return all(w in self.all for w in ws)
@@ -166,7 +168,9 @@ def words_of(name: str) -> Words:
     for w in ws:
         if w in _STAT_WORDS:
             stat = _STAT_WORDS[w]
-    return Words(ws, stat)
+    head, slash, _ = name.partition("/")
+    first = tokens(head) if slash else []
+    return Words(ws, stat, first[0] if len(first) == 1 and first[0] in _NAMESPACES else "")
 
 
 # an outcome: the task score's business (aliases.task_score_source), never placed by words
@@ -231,7 +235,6 @@ def _is_truncated(w: Words) -> bool:
 
 
 _MISMATCH_MARKS = ("mismatch", "vllm", "sglang", "inference", "infer", "engine", "tis", "mis", "behave")
-_NAMESPACES = ("training", "train", "policy", "optim", "actor", "rollout", "metrics")
 _ROLLOUT_SIDE = ("rollout", "sampling", "sample")
 _TRAINER_SIDE = ("train", "training", "trainer", "actor", "old")
 
@@ -243,7 +246,7 @@ def _mismatch_context(w: Words) -> bool:
     is the trainer's side: ``training/rollout_probs_diff_max``)."""
     if w.any(*_MISMATCH_MARKS) or w.has("rollout", "correction") or w.has("rollout", "corr"):
         return True
-    first, rest = (w.all[0], w.all[1:]) if w.all[0] in _NAMESPACES else ("", w.all)
+    first, rest = (w.ns, w.all[1:]) if w.ns else ("", w.all)
     return any(x in rest for x in _ROLLOUT_SIDE) and (
         any(x in rest for x in _TRAINER_SIDE) or first in ("training", "train"))
 
