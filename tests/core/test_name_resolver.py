@@ -9,8 +9,8 @@ import pytest
 from arldiag.aliases import NOT_PLACED, TASK_SCORE, LiveResolver, MetricResolver, task_score_source
 from arldiag.detectors.batch import steps_frame
 from arldiag.importers.steps import name_plan, plan_names
-from arldiag.schema import STEP_METRIC_NAMES
 from arldiag.names import HOW_TABLE, HOW_TOML, HOW_WORDS, NEVER_BY_WORDS, read_words, tokens
+from arldiag.schema import STEP_METRIC_NAMES
 from arldiag.settings import load
 from arldiag.store.reader import open_run
 from integrations.logfiles import import_log, write_csv
