@@ -66,7 +66,8 @@ ALIASES: dict[str, str] = {
     "group_reward_std": "group_reward_std_mean",
     # the batch's mean reward under the name of the task's reward: slime's raw reward (before the group
     # normalisation of rollout/rewards), Tinker's mean episode reward, AReaL's task reward before its shaping
-    "rollout/raw_reward": "reward_mean", "env/all/reward/total": "reward_mean", "ppo_actor/task_reward/avg": "reward_mean",
+    "rollout/raw_reward": "reward_mean", "env/all/reward/total": "reward_mean",
+    "ppo_actor/task_reward/avg": "reward_mean",
     # verl's KL loss to the reference: its default kl_loss_type low_var_kl is the k3 estimator (clamped at 10)
     "actor/kl_loss": "kl_ref_k3",
     "actor/pg_loss": "pg_loss", "policy_loss": "pg_loss", "pg_loss": "pg_loss", "loss": "loss",

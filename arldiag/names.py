@@ -25,7 +25,11 @@ Decisions, from what the trainers log (docs/integrations/importers.md "Metric na
   (``k1`` -> ``kl_ref_k1``, ``k2``/``mse`` -> ``kl_ref_k2``). The KL penalty *in the reward* (``reward_kl_penalty``)
   is the per-token log-ratio verl, TRL's PPO and OpenRLHF add to the reward, k1 -> ``kl_ref_k1``. A sum of KL
   over a response (TRL's PPO ``objective/kl``) or a coefficient is not a token mean: not placed.
-* PPO's KL between the old and the updated policy (``ppo_kl``, ``approx_kl``, ``kl_pre_post``) -> ``ppo_kl``.
+* PPO's KL between the old and the updated policy (``ppo_kl``, ``approx_kl``, ``kl_pre_post``) -> ``ppo_kl``
+  (TRL's and ROLL's ``approxkl`` is 0.5 mean d^2, which estimates the same KL to second order; a name that says
+  ``k2`` / ``mse`` / ``v2`` is not placed). The mismatch KL without a named estimator is k1 (verl's
+  ``rollout_corr/kl``, ms-swift's, Tinker's ``kl_sample_train_v1``) -> ``mismatch_k1``; with ``k3`` ->
+  ``mismatch_k3``.
 * A clip fraction's bound: ``low`` / ``high`` -> ``clip_ratio_low_mean`` / ``clip_ratio_high_mean`` (the tokens
   the bound acts on, as TRL's ``clip_ratio/low_mean``), ``region`` -> ``clip_ratio_region_mean``, ``dual`` ->
   ``pg_clipfrac_lower`` (verl's dual-clip count), none -> ``pg_clipfrac``. Its min or max (TRL's
@@ -124,7 +128,8 @@ _STAT_WORDS = {"max": "max", "min": "min", "std": "std", "var": "var", "median":
 # rollout-engine word it is the mismatch IS weight), "learning rate", k3's "low_var_kl"
 _PAIRS = {("non", "prompt"): "response", ("non", "aborted"): "nonaborted", ("policy", "ratio"): "isratio",
           ("ppo", "ratio"): "isratio", ("probs", "ratio"): "isratio", ("prob", "ratio"): "isratio",
-          ("importance", "ratio"): "isratio", ("sampling", "ratio"): "isratio", ("is", "ratio"): "isratio", ("learning", "rate"): "lr", ("low", "var"): "lowvar", ("no", "eos"): "noeos",
+          ("importance", "ratio"): "isratio", ("sampling", "ratio"): "isratio", ("is", "ratio"): "isratio",
+          ("learning", "rate"): "lr", ("low", "var"): "lowvar", ("no", "eos"): "noeos",
           ("wo", "obs"): "woobs", ("non", "score"): "nonscore"}
 
 
@@ -187,9 +192,11 @@ _NOT_METRICS = {
     "turns": "a turn count", "turn": "a turn statistic", "num": "a count", "coef": "a coefficient",
     "threshold": "a threshold", "bound": "a bound", "target": "a target",
 }
-def _by_stat(w: Words, what: str, cols: dict, extra: str = "") -> tuple:
+
+
+def _by_stat(w: Words, what: str, cols: dict) -> tuple:
     """(column of this statistic, read_as, why): the column the schema has for ``w.stat``, else unplaced."""
-    read = f"{what}, {w.stat}" + extra
+    read = f"{what}, {w.stat}"
     col = cols.get(w.stat)
     if col is None:
         have = ", ".join(sorted(cols)) or "none"
@@ -426,7 +433,8 @@ RULES: tuple[tuple[str, Callable[[Words], bool], Callable[[Words], tuple]], ...]
 # the words each quantity may carry; any other word (outside CONTEXT and the statistics) leaves the name unplaced
 QUANTITY_WORDS = {
     "kl": _KL_WORDS | {"approx", "old", "pre", "post", "reward", "penalty", "non", "mismatch", "vllm", "sglang",
-                       "inference", "infer", "sampling", "sample", "train", "correction", "corr", "coef", "target", "lowvar",
+                       "inference", "infer", "sampling", "sample", "train", "correction", "corr", "coef", "target",
+                       "lowvar",
                        "ctl", "div", "tis", "mis", "rollout"},
     "mismatch": frozenset({"rollout", "correction", "corr", "mismatch", "vllm", "sglang", "inference", "infer",
                            "engine", "sampling", "sample", "old", "train", "prob", "logp", "diff", "abs", "valid",
@@ -437,7 +445,7 @@ QUANTITY_WORDS = {
     "truncated": frozenset({"truncated", "frac", "clip", "length", "response", "prompt", "query", "aborted",
                             "nonaborted", "seq", "noeos"}),
     "clip": frozenset({"clip", "frac", "low", "high", "region", "dual", "grad", "value", "vf", "reward",
-                       "advantage", "is", "tis", "mis", "weight", "cispo", "sample"}),
+                       "advantage", "is", "tis", "mis", "weight", "cispo", "sample", "isratio"}),
     "entropy": frozenset({"entropy", "approx", "turn", "seq", "coef", "threshold", "bonus", "reg", "normalized",
                           "norm", "sample", "policy"}),
     "length": frozenset({"length", "response", "token", "prompt", "query", "queries", "ob", "obs", "observation",
