@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from arldiag.collectors.collector import Collector
 from arldiag.aliases import NOT_PLACED, TASK_SCORE, LiveResolver, MetricResolver, task_score_source
 from arldiag.detectors.batch import steps_frame
 from arldiag.importers.steps import name_plan, plan_names
@@ -188,6 +189,23 @@ def test_live_and_import_agree(no_toml):
         assert live[to] == float(cols.index(c)), c
     placed_live = {k for k in live if k not in cols and k not in ("task_score", "val_score")}
     assert placed_live == set(rename.values())
+
+
+def test_collector_stores_word_placed_metrics(tmp_path, no_toml):
+    """A hand-written loop's names reach the detectors' columns through ``Collector.record_step`` as they do at
+    import: the stored columns hold the logged values."""
+    logged = {1: {"entropy_avg": 1.2, "avg_response_len": 310.0, "kl_loss": 0.004, "adv_avg": 0.0, "reward": 0.25},
+              2: {"entropy_avg": 1.1, "avg_response_len": 322.0, "kl_loss": 0.006, "adv_avg": 0.0, "reward": 0.5}}
+    with Collector(tmp_path / "run", strict=True) as col:
+        for step, m in logged.items():
+            col.record_step(step, metrics=m)
+    run = open_run(str(tmp_path / "run"))
+    df = steps_frame(run, run.names[0]).set_index("step")
+    for step, m in logged.items():
+        assert df.loc[step, "entropy"] == pytest.approx(m["entropy_avg"])
+        assert df.loc[step, "response_length_mean"] == pytest.approx(m["avg_response_len"])
+        assert df.loc[step, "kl_ref_k3"] == pytest.approx(m["kl_loss"])
+        assert df.loc[step, "task_score"] == pytest.approx(m["reward"])
 
 
 # ------------------------------------------------------------------------------------------------ the printout
