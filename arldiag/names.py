@@ -221,6 +221,9 @@ def _length(w: Words) -> tuple:
         return None, "a sequence length", "ambiguous: prompt + response (verl, AReaL) or the response?"
     if not w.any("response"):
         return None, "a length of something unnamed", "ambiguous: too few words (whose length?)"
+    if not w.any("length") and not any(x in w.all for x in ("mean", "max", "min", "std")):
+        # response tokens without a statistic: the step's total (the reference trainer's gen_tokens) or a mean?
+        return None, "a response token count", "ambiguous: a total or a mean per response?"
     cols = {"mean": "response_length_mean", "max": "response_length_max", "min": "response_length_min"}
     return _by_stat(w, "response length", cols)
 

@@ -145,7 +145,8 @@ def test_words_never_place_outside_their_meaning():
 def test_ambiguous_names_are_left_unplaced_and_say_why():
     for name, say in (("global_seqlen/mean", "prompt + response"), ("actor/kl_penalty", "coefficient"),
                       ("mismatch_chi2", "token or sequence"), ("seq_len_mean", "prompt + response"),
-                      ("avg_len", "too few words"), ("rollout_train_logprob_diff", "signed or absolute")):
+                      ("avg_len", "too few words"), ("rollout_train_logprob_diff", "signed or absolute"),
+                      ("gen_tokens", "a total or a mean")):
         got = read_words(name)
         assert got.metric is None and got.ambiguous and say in got.why, (name, got)
     assert not read_words("clip_ratio/low_min").ambiguous  # understood, merely no column
