@@ -17,12 +17,16 @@ a trainer that logs those names, so both give the detectors the same columns (do
   score the same way (``val-core/*/acc/mean@1``, ``eval/answer_accuracy``, ``val/test_score/*``). A row without
   the chosen column has no score: no other column fills in (``LiveResolver`` keeps the choice for a live run).
 * ``score_bounds``: the scale of a score from the values seen: [0, 1], [-1, 1], or unknown (None).
+* ``MetricResolver``: one logged name -> its ``names.Reading``: arldiag.toml ``[aliases]`` (a name mapped to
+  "" or "ignore" stays unplaced), then the exact table (``NOT_PLACED``, then ``ALIASES`` and the schema's sources),
+  then the name's words (arldiag/names.py). ``arldiag import`` and ``LiveResolver`` both use it.
 """
 from __future__ import annotations
 
 import re
 from typing import Iterable, Iterator, Mapping
 
+from arldiag.names import HOW_TABLE, HOW_TOML, IGNORE_VALUES, Reading, read_words
 from arldiag.schema import STEP_METRICS
 from arldiag.settings import file_aliases
 
@@ -45,7 +49,25 @@ ALIASES: dict[str, str] = {
     "policy/grad_norm": "grad_norm", "actor_grad_norm": "grad_norm",
     "actor/lr": "lr", "learning_rate": "lr", "lr": "lr", "actor_lr": "lr", "policy_lr": "lr",
     # KL to the reference policy: TRL's `kl` is the token-mean k3 (exp(x) - x - 1, x = lp_ref - lp)
-    "kl": "kl_ref_k3", "objective/kl": "kl_ref_k3", "kl_ref": "kl_ref_k3", "ref_kl": "kl_ref_k3",
+    "kl": "kl_ref_k3", "kl_ref": "kl_ref_k3", "ref_kl": "kl_ref_k3",
+    # the KL to the reference as the token-mean log-ratio lp - lp_ref (k1): old verl's and ROLL's critic/kl (the KL
+    # in the reward, apply_kl_penalty), OpenRLHF's logprobs_diff, Tinker's kl_policy_base (sampler vs base model)
+    "critic/kl": "kl_ref_k1", "logprobs_diff": "kl_ref_k1", "kl_policy_base": "kl_ref_k1",
+    # ROLL: policykl is the k1 KL between the old and the updated policy (approxkl, its mse, stays ppo_kl below);
+    # its ratio_mean the token-mean PPO ratio
+    "actor/policykl": "ppo_kl", "actor/ratio_mean": "ratio_mean",
+    # Tinker: generated tokens per turn (one turn = one response); SkyRL's generate/* response token counts
+    "ac_tokens_per_turn": "response_length_mean", "env/all/ac_tokens_per_turn": "response_length_mean",
+    "generate/max_num_tokens": "response_length_max", "generate/min_num_tokens": "response_length_min",
+    "pg_clipfrac_lower": "pg_clipfrac_lower",
+    # TRL's PPO (0.12-0.19) and legacy PPO: the policy loss and the PPO ratio's mean (logged under val/)
+    "loss/policy_avg": "pg_loss", "ppo/loss/policy": "pg_loss", "val/ratio": "ratio_mean",
+    # OpenRLHF: each sample's group reward std, averaged
+    "group_reward_std": "group_reward_std_mean",
+    # the batch's mean reward under the name of the task's reward: slime's raw reward (before the group
+    # normalisation of rollout/rewards), Tinker's mean episode reward, AReaL's task reward before its shaping
+    "rollout/raw_reward": "reward_mean", "env/all/reward/total": "reward_mean",
+    "ppo_actor/task_reward/avg": "reward_mean",
     # verl's KL loss to the reference: its default kl_loss_type low_var_kl is the k3 estimator (clamped at 10)
     "actor/kl_loss": "kl_ref_k3",
     "actor/pg_loss": "pg_loss", "policy_loss": "pg_loss", "pg_loss": "pg_loss", "loss": "loss",
@@ -87,6 +109,25 @@ ALIASES: dict[str, str] = {
     "rollout_corr/rollout_is_mean": "mismatch_is_mean", "rollout_corr/rollout_is_max": "mismatch_is_max",
     "rollout_corr/rollout_is_min": "mismatch_is_min", "rollout_corr/rollout_is_oob_ratio": "mismatch_masked_frac",
     "vllm_kl": "mismatch_k1", "train_rollout_logprob_abs_diff": "mismatch_log_abs_seq_mean",
+}
+# names the words would place where their meaning is not the column's, read in the trainers' sources: left unplaced
+NOT_PLACED: dict[str, str] = {
+    # TRL's PPO/RLOO (and legacy PPO): the KL and entropy summed over each response's tokens, not token means
+    "objective/kl": "KL to the reference summed over a response's tokens (TRL PPO), not a token mean",
+    "objective/entropy": "entropy summed over a response's tokens (TRL PPO), not a token mean",
+    # AReaL logs lp - lp_prox: the PPO KL with its sign reversed
+    "ppo_actor/update/approx_kl/avg": "lp - lp_old (AReaL): the PPO KL with the sign reversed",
+    # ROLL counts tokens beyond a bound whatever the advantage's sign (TRL's low/high count only those it acts on)
+    "actor/ppo_ratio_low_clipfrac": "tokens below 1 - eps whatever the advantage (ROLL), not clip_ratio_low_mean",
+    "actor/ppo_ratio_high_clipfrac": "tokens above 1 + eps whatever the advantage (ROLL), not clip_ratio_high_mean",
+    # slime's mismatch statistics are means over samples of each sample's token mean (mismatch_log_abs_seq_mean is
+    # the one arldiag keeps); ms-swift's chi2_seq is of the geometric-mean ratio, not verl's exp(sum_t d)
+    "train/mismatch_kl": "a mean over samples of token means (slime), not a token mean",
+    "train/mismatch_k3_kl": "a mean over samples of token means (slime), not a token mean",
+    "train/tis": "a mean over samples of token means (slime), not a token mean",
+    "rollout_correction/chi2_seq": "chi-square of the geometric-mean ratio (ms-swift), not verl's chi2_seq",
+    # slime's group-normalised reward (about 0): not the reward
+    "rollout/rewards": "the group-normalised reward (slime), not the reward",
 }
 # arldiag's own outcome columns: they feed success_collapse and the collapse label already, so a live trainer
 # that logs them (the reference trainer) gets no task_score copy of them (LiveResolver(skip_sources=...))
@@ -147,6 +188,43 @@ def alias_table(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         if tool in ("verl", "TRL") and name and " " not in name:
             out[name] = m.name
     return {**out, **ALIASES, **dict(extra or {})}
+
+
+class MetricResolver:
+    """Logged name -> ``names.Reading`` (module doc): ``extra`` (arldiag.toml ``[aliases]``, given to
+    ``LiveResolver``) first, then the exact table, then the words. ``toml`` None: read the active arldiag.toml."""
+
+    def __init__(self, extra: Mapping[str, str] | None = None, toml: Mapping[str, str] | None = None) -> None:
+        given = {**(file_aliases() if toml is None else dict(toml)), **dict(extra or {})}
+        self.ignored = {k for k, v in given.items() if str(v).strip().lower() in IGNORE_VALUES}
+        self.given = {k: v for k, v in given.items() if k not in self.ignored}
+        self.table = alias_table()
+        self._memo: dict[str, Reading] = {}
+
+    def read(self, name: str) -> Reading:
+        hit = self._memo.get(name)
+        if hit is None:
+            if len(self._memo) > 4096:  # a trainer with ever-new names: keep the memory bounded
+                self._memo.clear()
+            hit = self._memo[name] = self._read(name)
+        return hit
+
+    def _read(self, name: str) -> Reading:
+        if name in self.ignored:
+            return Reading(name, None, HOW_TOML, "ignored", "arldiag.toml [aliases] leaves it unplaced")
+        to = resolve_name(name, self.given)
+        if to is not None:
+            return Reading(name, to, HOW_TOML, to)
+        if name in NOT_PLACED:
+            return Reading(name, None, HOW_TABLE, "known, not placed", NOT_PLACED[name])
+        to = resolve_name(name, self.table)
+        if to is not None:
+            return Reading(name, to, HOW_TABLE, to)
+        return read_words(name)
+
+    def resolve(self, name: str) -> str | None:
+        """The arldiag name of ``name``, or None."""
+        return self.read(name).metric
 
 
 def resolve_name(name: str, table: Mapping[str, str]) -> str | None:
@@ -293,18 +371,20 @@ class LiveResolver:
                  sources: Mapping[str, str | None] | None = None) -> None:
         self._extra = dict(extra or {})
         self._skip = frozenset(skip_sources)
-        self._table: dict[str, str] | None = None
+        self._resolver: MetricResolver | None = None
         self._plans: dict[frozenset, list[tuple[str, str]]] = {}
         self.sources: dict[str, str | None] = dict(sources or {})  # task_score / val_score -> logged column
         self._barren: set[tuple[str, frozenset]] = set()  # (score, key set) without any candidate name
 
-    def _plan(self, keys: frozenset) -> list[tuple[str, str]]:
-        if self._table is None:  # arldiag.toml [aliases], then the names given here, on top of the table
-
-            self._table = alias_table({**file_aliases(), **self._extra})
-        plan, taken = [], set(keys)
-        for k in sorted(keys):
-            to = resolve_name(k, self._table)
+    def _plan(self, names: Iterable[str]) -> list[tuple[str, str]]:
+        """(logged, arldiag) pairs for a step's names, in the trainer's order: of two names for one metric the
+        first wins, as the first column of a file does at ``arldiag import`` (importers.steps.plan_names)."""
+        if self._resolver is None:  # arldiag.toml [aliases] and the names given here, the table, the words
+            self._resolver = MetricResolver(self._extra)
+        names = list(names)
+        plan, taken = [], {k for k in names if self._resolver.resolve(k) in (None, k)}
+        for k in names:
+            to = self._resolver.resolve(k)
             if to is not None and to != k and to not in taken:
                 plan.append((k, to))
                 taken.add(to)
@@ -334,7 +414,7 @@ class LiveResolver:
         if plan is None:
             if len(self._plans) > 256:  # a trainer with ever-changing keys: keep the memory bounded
                 self._plans.clear()
-            plan = self._plans[keys] = self._plan(keys)
+            plan = self._plans[keys] = self._plan(metrics)
         if len(self.sources) < 2:
             self._choose(metrics, keys)
         out = dict(metrics)

@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("arldiag.commands.verify", "list damaged or orphaned parts of a run store (exit 1 if any)"),
     "train": ("arldiag.trainer.cli", "train with the reference trainer (SAMPO and baselines)"),
     "detect": ("arldiag.commands.detect", "run the collapse detectors over a run"),
+    "diff": ("arldiag.commands.diff", "where two runs part and what moved first (run against run)"),
     "watch": ("arldiag.commands.watch", "follow a run being written and raise alerts"),
     "eval-detect": ("arldiag.commands.eval_detect", "detection benchmark: lead times and false alarms"),
     "calibrate": ("arldiag.commands.calibrate", "fit the step-scalar alert state on labelled dev runs"),

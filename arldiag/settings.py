@@ -80,9 +80,11 @@ def _merge(base: dict, new: Mapping, where: str, path: tuple = ()) -> None:
     """Merge ``new`` into ``base``; keys that ``base`` (the defaults) does not have are errors."""
     for k, v in new.items():
         p = path + (k,)
-        if path == ("aliases",):  # [aliases]: free-form, logged name -> arldiag name (arldiag.aliases)
-            if not isinstance(v, str) or not v:
-                raise ValueError(f"{where}: aliases.{k} must be an arldiag metric name (a string), got {v!r}")
+        if path == ("aliases",):  # [aliases]: free-form, logged name -> arldiag name (arldiag.aliases); "" or
+            # "ignore" leaves the logged name unplaced (arldiag.names.IGNORE_VALUES)
+            if not isinstance(v, str):
+                raise ValueError(f"{where}: aliases.{k} must be an arldiag metric name (a string), or \"ignore\", "
+                                 f"got {v!r}")
             base[k] = v
             continue
         if k not in base:
@@ -189,7 +191,8 @@ def config_path(env: Mapping[str, str] | None = None) -> str | None:
 
 def file_aliases(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The ``[aliases]`` table of the active arldiag.toml ($ARLDIAG_CONFIG, else ./arldiag.toml), read on its own
-    (standard library only: the Collector reads it inside the training process); {} without a file or table.
+    (standard library only: the Collector reads it inside the training process); {} without a file or table. A
+    name mapped to "" or "ignore" is kept: it leaves that name unplaced (aliases.MetricResolver).
     A malformed file is left to ``load`` to report: here it gives {}."""
     path = config_path(env)
     if not path:
@@ -198,7 +201,7 @@ def file_aliases(env: Mapping[str, str] | None = None) -> dict[str, str]:
         table = loads(Path(path).read_text(encoding="utf-8")).get("aliases") or {}
     except (OSError, ValueError):
         return {}
-    return {str(k): v for k, v in table.items() if isinstance(v, str) and v} if isinstance(table, dict) else {}
+    return {str(k): v for k, v in table.items() if isinstance(v, str)} if isinstance(table, dict) else {}
 
 
 _ACTIVE: dict[tuple, Settings] = {}

@@ -54,7 +54,8 @@ def panel_figure(series: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str,
                  bands: Mapping[str, Sequence[tuple[int, int, str]]] | Sequence[tuple[int, int, str]] = (),
                  height_per_panel: int = 190, title: str = "",
                  collapse: Mapping[str, int | None] | None = None,
-                 decline: Mapping[str, int | None] | None = None) -> go.Figure:
+                 decline: Mapping[str, int | None] | None = None,
+                 partings: Mapping[str, int] | None = None) -> go.Figure:
     """Stacked line panels sharing the step axis (step ticks on every panel).
 
     ``series``: run name -> frame with ``step`` and metric columns. One run: each metric of a panel has its own
@@ -62,6 +63,8 @@ def panel_figure(series: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str,
     ``bands``: {run: [(first, last, state)]} (or one run's list) shaded over all panels: one run in the alert
     colours, several runs each in its own colour (darker = more severe). ``collapse``: {run: collapse step},
     drawn as a vertical line; ``decline``: {run: decline step} (arldiag.label.run_decline), a dotted one.
+    ``partings``: {metric: step} where two compared runs part (arldiag.diff): a dotted line on each panel that
+    shows the metric, labelled on the panel.
     Panels whose metrics were not recorded are left out and named in the title."""
     panels, missing = recorded_panels(series, panels)
     if not panels:
@@ -111,16 +114,41 @@ def panel_figure(series: Mapping[str, pd.DataFrame], panels: Sequence[tuple[str,
                                showarrow=False, text=f"{what} {c}" + (f" ({run})" if compare else ""),
                                font=dict(size=10, color=color))
             marked = max(marked, ri + 1)
+    drawn = _add_partings(fig, panels, partings or {})
     note = ("not recorded: " + "; ".join(missing)) if missing else ""
     margin = dict(LAYOUT["margin"], t=LAYOUT["margin"]["t"] + (MARK_SHIFT + 12 * marked if marked else 0))
     fig.update_layout(**{k: v for k, v in LAYOUT.items() if k not in ("legend", "margin")}, margin=margin,
                       height=height + (margin["t"] - LAYOUT["margin"]["t"]),
                       title=dict(text=" · ".join(t for t in (title, note) if t) or None, font=dict(size=12)),
-                      meta={k: {r: c for r, c in (v or {}).items() if c is not None}
-                            for k, v in (("collapse", collapse), ("decline", decline))})
+                      meta={**{k: {r: c for r, c in (v or {}).items() if c is not None}
+                               for k, v in (("collapse", collapse), ("decline", decline))},
+                            **({"partings": drawn} if drawn else {})})
     fig.update_xaxes(showticklabels=True)  # shared axes show ticks on the bottom panel only
     fig.update_xaxes(title_text="step", row=n, col=1)
     return fig
+
+
+PARTING_COLOR = "#333333"
+
+
+def _add_partings(fig: go.Figure, panels: Sequence[tuple[str, Sequence[str]]], partings: Mapping[str, int]
+                  ) -> dict[str, int]:
+    """A dotted line at each parting step on the panels that show the metric, with the metric named at its top;
+    one line per step and panel (metrics of a panel often part together). Returns {metric: step} drawn."""
+    drawn: dict[str, int] = {}
+    for row, (_, metrics) in enumerate(panels, start=1):
+        at: dict[int, list[str]] = {}
+        for m in metrics:
+            if m in partings:
+                at.setdefault(int(partings[m]), []).append(m)
+                drawn[m] = int(partings[m])
+        xref, yref = ("x", "y domain") if row == 1 else (f"x{row}", f"y{row} domain")
+        for step, names in sorted(at.items()):
+            fig.add_shape(type="line", xref=xref, yref=yref, x0=step, x1=step, y0=0, y1=1,
+                          line=dict(color=PARTING_COLOR, width=1.5, dash="dot"), name=f"parting {step}")
+            fig.add_annotation(x=step, y=1, xref=xref, yref=yref, yanchor="top", xanchor="left", showarrow=False,
+                               text=f"part {step}: {', '.join(names)}", font=dict(size=9, color=PARTING_COLOR))
+    return drawn
 
 
 def _add_bands(fig: go.Figure, bands: Sequence[tuple[int, int, str]], run_color: str | None = None) -> None:

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 
 from arldiag.dashboards import detectors_bridge, figures, queries
 from arldiag.dashboards.source import RunSource
+from arldiag.diff.compare import RunDiff, compare, load
 from arldiag.views.catalog import DASHBOARD_PANELS, SCORE_PANEL, metrics_of
 from arldiag.views.heatmap import ratio_heatmap
 
@@ -68,10 +69,32 @@ def decline_step(source: RunSource, name: str) -> int | None:
     return source.cached(name, ("decline",), detectors_bridge.decline)
 
 
+def parting(source: RunSource, runs: Sequence[str]) -> RunDiff | None:
+    """Where the first two selected runs part (arldiag.diff, as `arldiag diff`, without the token window): each
+    run's side is cached until its files change, the comparison itself is cheap. None for fewer than two runs."""
+    if len(runs) < 2:
+        return None
+    a, b = (source.cached(n, ("diff-side",), load) for n in runs[:2])
+    return compare(a, b)
+
+
+def parting_note(d: RunDiff | None, limit: int = 8) -> str:
+    """The partings listed in one line (the first ``limit`` by step), or that the runs stay within noise."""
+    if d is None or d.steps is None:
+        return ""
+    if not d.partings:
+        return f"{d.run_a} vs {d.run_b}: no parting found (every shared metric stays within both runs' noise)"
+    head = "; ".join(f"{p.metric} at {p.step}" for p in d.partings[:limit])
+    more = f" and {len(d.partings) - limit} more" if len(d.partings) > limit else ""
+    out = f" (outcome {d.outcome} at {d.outcome_step})" if d.outcome_step is not None else ""
+    return f"{d.run_a} vs {d.run_b} part (dotted lines): {head}{more}{out}"
+
+
 def render_panels(source: RunSource, runs: Sequence[str], view: str, with_bands: bool = True
                   ) -> tuple[go.Figure, str]:
     """(figure, note) for a step-series view over the selected runs: alert bands of every run (its own colour in
-    compare mode), the collapse (or decline) step of each run as a vertical line."""
+    compare mode), the collapse (or decline) step of each run as a vertical line; comparing runs, where the first two
+    part (arldiag diff) as a dotted line on each panel that shows the metric, listed in the note."""
     if not runs:
         return figures.message_figure("no run selected"), ""
     data, score_columns = score_lines(series(source, runs, view))
@@ -90,8 +113,11 @@ def render_panels(source: RunSource, runs: Sequence[str], view: str, with_bands:
                  else "shaded: each run's alert state in the run's colour (darker: more severe)")
     collapse = {name: collapse_step(source, name) for name in runs}
     decline = {name: decline_step(source, name) for name in runs}
+    d = parting(source, runs)
+    parted = {p.metric: p.step for p in d.partings} if d is not None else {}
+    note = " · ".join(n for n in (note, parting_note(d)) if n)
     return figures.panel_figure(data, view_panels(view, score_columns), bands=segs, title=title, collapse=collapse,
-                                decline=decline), note
+                                decline=decline, partings=parted), note
 
 
 def turns_missing(source: RunSource, runs: Sequence[str]) -> str:

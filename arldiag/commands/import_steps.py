@@ -22,8 +22,9 @@ from arldiag.collectors.verl import stable_ids
 from arldiag.detectors.batch import log_interval
 from arldiag.detectors.registry import REGISTRY
 from arldiag.importers import FORMATS, IMPORTERS, STEP_FORMATS, guess_format
-from arldiag.importers.steps import (STEP_COLUMNS, apply_plan, column_values, find_step_column, is_training, load_steps,
-                                     name_plan)
+from arldiag.importers.steps import (STEP_COLUMNS, NamePlan, apply_plan, column_values, find_step_column, is_training,
+                                     load_steps, plan_names)
+from arldiag.names import HOW_TABLE, HOW_TOML, HOW_WORDS
 from arldiag.importers.tensorboard import has_event_files
 from arldiag.schema import STEP_METRIC_NAMES
 from arldiag.wording import plural
@@ -103,7 +104,8 @@ def import_steps(file: str, out: str, step_column: str | None = None, fmt: str |
     if not raw:
         raise ValueError(f"file: {file!r} holds no rows")
     columns = [c for m in raw.values() for c in m]
-    plan, copies = name_plan(columns, dict(rename or {}), keep_names, column_values(raw))
+    names = plan_names(columns, dict(rename or {}), keep_names, column_values(raw))
+    plan, copies = names.rename, names.copies
     steps = apply_plan(raw, plan, copies)
     if loaded.never_numeric:
         print(f"arldiag import: skipped non-numeric column(s): {', '.join(sorted(loaded.never_numeric))}",
@@ -121,19 +123,76 @@ def import_steps(file: str, out: str, step_column: str | None = None, fmt: str |
     with Collector(out, config=config, clip=tuple(clip or DEFAULT_CLIP), name=name, algorithm=algorithm, strict=True) as col:
         for step in sorted(steps):
             col.record_step(step, metrics=steps[step])
-    report_mapping(list(dict.fromkeys(columns)), plan, copies, steps, interval)
+    report_mapping(list(dict.fromkeys(columns)), plan, copies, steps, interval, names)
     report_missing(set().union(*steps.values()), tables=("tokens", "sequences", "turns", "groups"))
     return len(steps)
 
 
+# the printout's groups of placed names, one line each, in this order (names.HOW_*; --rename from the command line)
+PLACED_LINES = (("--rename", "renamed (--rename)"), (HOW_TOML, "from arldiag.toml [aliases]"),
+                (HOW_TABLE, "exact table"), (HOW_WORDS, "by words"))
+
+
+def mapping_lines(columns: list[str], names: NamePlan) -> list[str]:
+    """The import's account of each column's name, one line per group: placed by --rename, by arldiag.toml, by the
+    exact table, by words (with what it was read as); ambiguous (left unplaced, with the candidates); read but not
+    placed (an arldiag column another name already fills, an aggregate arldiag does not keep, an ignore in
+    arldiag.toml). Columns not understood at all are listed by ``report_mapping`` with the unread ones."""
+    lines = []
+    placed = [c for c in columns if c in names.rename]
+    for how, title in PLACED_LINES:
+        group = [c for c in placed if names.readings[c].how == how]
+        if group:
+            shown = [f"{c} -> {names.rename[c]}" + (f" ({names.readings[c].read_as})" if how == HOW_WORDS else "")
+                     for c in group]
+            lines.append(f"mapped {title}: " + ", ".join(shown))
+    ambiguous = [c for c in columns if c not in names.rename and c in names.readings and names.readings[c].ambiguous]
+    if ambiguous:
+        lines.append("ambiguous, left unplaced (name them in arldiag.toml [aliases]): "
+                     + ", ".join(f"{c} ({names.readings[c].why.removeprefix('ambiguous: ')})" for c in ambiguous))
+    explained = unplaced_reasons(columns, names)
+    if explained:
+        lines.append("read but not placed: " + "; ".join(f"{', '.join(cs)} ({why})" for why, cs in explained.items()))
+    return lines
+
+
+def unplaced_reasons(columns: list[str], names: NamePlan) -> dict[str, list[str]]:
+    """Columns a rule understood but did not place, grouped by their reason (one printout entry per reason):
+    an arldiag column another name already fills, an aggregate arldiag does not keep, an ignore in arldiag.toml."""
+    out: dict[str, list[str]] = {}
+    for c in columns:
+        r = names.readings.get(c)
+        if r is None or c in names.rename or r.ambiguous:
+            continue
+        if c in names.clashes:
+            why = f"{names.clashes[c]}: already read from another column"
+        elif r.why and (r.how or _readable(r)):
+            why = r.why
+        else:
+            continue
+        out.setdefault(why, []).append(c)
+    return out
+
+
+def _readable(r) -> bool:
+    """An unplaced reading worth a word in the printout: one a rule understood (not a time, count or unknown
+    name, which the "kept under their own names" line lists)."""
+    return r.why not in ("not a detector input", "no quantity arldiag keeps") and not r.why.startswith(
+        ("words not understood", "validation metrics", "the task score"))
+
+
 def report_mapping(columns: list[str], plan: Mapping[str, str], copies: Mapping[str, str],
-                   steps: Mapping[int, Mapping[str, float]], interval: int) -> None:
-    """Print what was mapped, the task score and its scale, what was not recognised and which detectors run."""
+                   steps: Mapping[int, Mapping[str, float]], interval: int, names: NamePlan | None = None) -> None:
+    """Print what was mapped and how, the task score and its scale, what was not recognised and which detectors
+    run."""
     out = sys.stderr
     n_val = sum(1 for m in steps.values() if not is_training(m))
     print(f"arldiag import: {len(steps)} logged points, one every {interval} optimizer step(s)"
           + (f"; {n_val} carry validation metrics only" if n_val else ""), file=out)
-    if plan:
+    if names is not None:
+        for line in mapping_lines(columns, names):
+            print(f"arldiag import: {line}", file=out)
+    elif plan:
         print("arldiag import: mapped " + ", ".join(f"{a} -> {b}" for a, b in plan.items()), file=out)
     src = copies.get(TASK_SCORE)
     if src is not None or any(TASK_SCORE in m for m in steps.values()):
@@ -150,8 +209,10 @@ def report_mapping(columns: list[str], plan: Mapping[str, str], copies: Mapping[
         n = sum(1 for m in steps.values() if "val_score" in m)
         print(f"arldiag import: validation score = {copies['val_score']} ({coverage(n, len(steps))})", file=out)
     known = set(STEP_METRIC_NAMES) | {TASK_SCORE, "val_score", "grad_norm", "lr", "loss", "pg_loss"}
+    said = {c for cs in (unplaced_reasons(columns, names).values() if names else ()) for c in cs}
+    said |= {c for c, r in (names.readings.items() if names else ()) if r.ambiguous}
     unknown = [c for c in columns if plan.get(c, c) not in known and not is_validation(c)
-               and c not in copies.values()]
+               and c not in copies.values() and c not in said]
     if unknown:
         shown = ", ".join(unknown[:12]) + (f", ... ({len(unknown) - 12} more)" if len(unknown) > 12 else "")
         print(f"arldiag import: kept under their own names (not read by any detector): {shown}", file=out)

@@ -2,7 +2,8 @@
 
 Later rows of the same step update earlier ones (a validation row and a training row of one step become one step).
 Non-numeric values (text, empty cells) are skipped; a column that is never numeric is reported once. Logged names
-are renamed by the one alias table (arldiag/aliases.py, extended by arldiag.toml [aliases]).
+are renamed by the one resolver (arldiag/aliases.py MetricResolver: arldiag.toml [aliases], the exact table, the
+words of arldiag/names.py).
 """
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from arldiag.aliases import (TASK_SCORE, VAL_SCORE, alias_table, is_validation, resolve_name, task_score_source,
-                             val_score_source)
+from arldiag.aliases import TASK_SCORE, VAL_SCORE, MetricResolver, is_validation, task_score_source, val_score_source
 from arldiag.importers.base import Importer
-from arldiag.settings import file_aliases
+from arldiag.names import Reading
 
 # step columns other loggers write, tried in this order when the format's default is not a column of the file
 # (read in the trainers' sources: HF Trainer / TRL / OpenRLHF, verl, SkyRL, slime, ROLL, ms-swift's "12/500")
@@ -96,22 +96,32 @@ def find_step_column(path: Path, importer: Importer, default: str) -> tuple[str,
     return hit, why
 
 
-def name_plan(columns, user: Mapping[str, str], keep_names: bool,
-              values: Mapping[str, list[float]] | None = None) -> tuple[dict[str, str], dict[str, str]]:
-    """(rename, copies) for a log's columns. rename: logged name -> arldiag name (``user`` renames first, then the
-    alias table; a column already named as arldiag names it keeps its name, and of two logged names for one
-    metric the first in the file wins, the other keeps its own name). copies: ``task_score`` / ``val_score`` ->
-    the ONE logged column each is read from, chosen over the whole file (arldiag.aliases.task_score_source with
-    ``values``: every column's values, so a rate-named column holding counts is passed over)."""
+@dataclass
+class NamePlan:
+    rename: dict[str, str]        # logged name -> arldiag name
+    copies: dict[str, str]        # task_score / val_score -> the logged column each is read from
+    readings: dict[str, Reading]  # logged name -> what it was read as (arldiag.names.Reading), for the printout
+    clashes: dict[str, str]       # logged name -> the arldiag name another column already fills
+
+
+def plan_names(columns, user: Mapping[str, str], keep_names: bool,
+               values: Mapping[str, list[float]] | None = None) -> NamePlan:
+    """The renames, score copies and readings of a log's columns (``name_plan``; ``readings`` says how each was
+    read: --rename, arldiag.toml, the exact table or the words, ambiguous or not placed)."""
     cols = list(dict.fromkeys(columns))
-    table = {} if keep_names else alias_table(file_aliases())  # arldiag.toml [aliases] extends the table
-    taken = {c for c in cols if c not in user and (keep_names or resolve_name(c, table) in (None, c))}
+    resolver = None if keep_names else MetricResolver()  # arldiag.toml [aliases], the exact table, the words
+    readings = {c: Reading(c, user[c], "--rename", user[c]) if c in user else resolver.read(c)
+                for c in cols if c in user or resolver is not None}
+    to_of = {c: r.metric for c, r in readings.items()}
+    taken = {c for c in cols if c not in user and to_of.get(c) in (None, c)}
     rename: dict[str, str] = {}
+    clashes: dict[str, str] = {}
     for c in cols:
-        to = user.get(c) or (None if keep_names else resolve_name(c, table))
+        to = to_of.get(c)
         if to is None or to == c:
             continue
         if to in taken and c not in user:
+            clashes[c] = to
             continue
         rename[c] = to
         taken.add(to)
@@ -119,7 +129,19 @@ def name_plan(columns, user: Mapping[str, str], keep_names: bool,
     for to, src in ((TASK_SCORE, task_score_source(cols, values=values)), (VAL_SCORE, val_score_source(cols, values))):
         if src is not None and src != to and to not in taken:
             copies[to] = src
-    return rename, copies
+    return NamePlan(rename, copies, readings, clashes)
+
+
+def name_plan(columns, user: Mapping[str, str], keep_names: bool,
+              values: Mapping[str, list[float]] | None = None) -> tuple[dict[str, str], dict[str, str]]:
+    """(rename, copies) for a log's columns. rename: logged name -> arldiag name (``user`` renames first, then
+    arldiag.toml [aliases], the exact table and the words: ``aliases.MetricResolver``; a column already named as
+    arldiag names it keeps its name, and of two logged names for one metric the first in the file wins, the other
+    keeps its own name). copies: ``task_score`` / ``val_score`` -> the ONE logged column each is read from, chosen
+    over the whole file (arldiag.aliases.task_score_source with ``values``: every column's values, so a rate-named
+    column holding counts is passed over)."""
+    p = plan_names(columns, user, keep_names, values)
+    return p.rename, p.copies
 
 
 def column_values(raw: Mapping[int, Mapping[str, float]]) -> dict[str, list[float]]:

@@ -19,6 +19,7 @@ import pandas as pd
 from arldiag import __version__
 from arldiag.detectors import analyse, decline_of
 from arldiag.detectors.advice import settings_of, with_actions
+from arldiag.diff.compare import RunDiff, diff_runs
 from arldiag.evaluation.precursors import BASE, LEAD, precursor_scan
 from arldiag.findings import Finding
 from arldiag.progress import bar as progress_bar
@@ -65,6 +66,7 @@ class RunReport:
     seq_clip: list[float] | None = None
     precursors: list[dict] | None = None      # step metrics that moved most before the collapse (None: no collapse)
     precursor_base: int = BASE                # steps of the baseline window of that scan (precursor_base)
+    parting: RunDiff | None = None            # where this run and the --baseline part (arldiag.diff)
 
 
 @dataclass
@@ -315,6 +317,8 @@ def build_report(run: Any, baseline: Any = None, analyse: Analyse = detector_ana
         reps = [gather(r, analyse, progress=bar) for r in runs]
 
     main = reps[0]
+    if len(runs) > 1:
+        main.parting = diff_runs(runs[0], runs[1])
     return Report(main=main, baseline=reps[1] if len(reps) > 1 else None,
                   generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), version=__version__,
                   max_points=max_points, decode=load_decoder(tokenizer, main.path or None),

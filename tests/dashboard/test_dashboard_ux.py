@@ -20,6 +20,8 @@ from test_dashboard_browser import (_click_tab, _plot_js, _rendered, _severe, _s
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
 from report_browser import decode_png  # noqa: E402
 
+from arldiag.dashboards.figures import PARTING_COLOR  # noqa: E402
+
 pytestmark = pytest.mark.browser
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_runs"
 RED = np.array([200, 16, 46])  # figures.COLLAPSE_COLOR
@@ -138,8 +140,11 @@ def test_compare_mode_colours_and_alert_shading(samples_root, serve, browser) ->
     rgb = {n: "rgba({}, {}, {}".format(*(int(c[i:i + 2], 16) for i in (1, 3, 5))) for n, (c,) in colors.items()}
     assert rgb["cispo_s0"] in fills  # grpo_s0 is shaded only where it warned
     assert c_grpo is None
-    assert sorted(s["x0"] for s in fig["shapes"] if s["type"] == "line") == [c_cispo]  # only collapses are lines
-    assert fig["meta"] == {"collapse": {"cispo_s0": c_cispo}}
+    # solid lines: the collapses; dotted ones (PARTING_COLOR): where the two runs part (arldiag diff), in the meta too
+    assert sorted(s["x0"] for s in fig["shapes"] if s["type"] == "line" and s["color"] != PARTING_COLOR) == [c_cispo]
+    parted = sorted({s["x0"] for s in fig["shapes"] if s["type"] == "line" and s["color"] == PARTING_COLOR})
+    assert parted == sorted({v for v in (fig["meta"] or {}).get("partings", {}).values()})
+    assert {k: v for k, v in fig["meta"].items() if k != "partings"} == {"collapse": {"cispo_s0": c_cispo}}
     assert _severe(browser) == []
 
 

@@ -3,11 +3,11 @@
 ``data(run_report) -> dict`` (the JSON output). A new section is one module here and one entry in SECTIONS."""
 from __future__ import annotations
 
-from arldiag.report.sections import (baseline, dimensions, entropy, findings, mismatch, nalis, offenders, precursors,
-                                     recommendations, timeline, turns, verdict)
+from arldiag.report.sections import (baseline, dimensions, entropy, findings, mismatch, nalis, offenders, parting,
+                                     precursors, recommendations, timeline, turns, verdict)
 
 SECTIONS = (verdict, timeline, findings, recommendations, precursors, dimensions, nalis, mismatch, entropy, turns,
-            offenders, baseline)
+            offenders, baseline, parting)
 
 
 def build_sections(report) -> list:
