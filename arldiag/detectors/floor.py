@@ -147,32 +147,34 @@ def _finite(v: float) -> bool:
 
 
 def floor_rule(w: Window, state: dict, p) -> Signal | None:
-    """The alert floor (module doc): which outcome series the label would read, each with its own floor."""
+    """The alert floor (module doc): every outcome series the label may read keeps its own floor; the signal names
+    those the label would read on the run so far (label.run_events)."""
     vals = {c: w.last(c) for c in FLOOR_INPUTS}
     seen = state.setdefault("seen", set())
     seen.update(c for c, v in vals.items() if _finite(v))
-    own = any(c in seen for c in SUCCESS_COLUMNS + (EVAL_COLUMN,))
-    holds: list[str] = []
+    on = state.setdefault("on", {})
     if _finite(vals[TASK_SCORE]):
-        sf = state.setdefault("score", ScoreFloor())
-        state["score_on"] = sf.push(vals[TASK_SCORE])
-    if state.get("score_on") and not own:
-        holds.append(TASK_SCORE)
+        on[TASK_SCORE] = state.setdefault("score", ScoreFloor()).push(vals[TASK_SCORE])
     if _finite(vals[EVAL_COLUMN]):
         state["n_eval"] = state.get("n_eval", 0) + 1
-        state["eval_on"] = state.setdefault("eval", SeriesFloor(EVAL_WINDOW)).push(vals[EVAL_COLUMN])
-    if state.get("eval_on"):
-        holds.append(EVAL_COLUMN)
-    batch = _batch_column(seen, state, vals)
-    if batch is not None and state.get("n_eval", 0) < EVAL_MIN_POINTS:
-        # the label reads the batch success only while the run has fewer than EVAL_MIN_POINTS evaluations
-        if state.setdefault("series:" + batch, SeriesFloor(SERIES_WINDOW)).push(vals[batch]):
+        on[EVAL_COLUMN] = state.setdefault("eval", SeriesFloor(EVAL_WINDOW)).push(vals[EVAL_COLUMN])
+    for col in SUCCESS_COLUMNS + (REWARD_COLUMN,) + FORMAT_COLUMNS:  # rows: a step without the value counts
+        if col in seen:
+            on[col] = state.setdefault("series:" + col, SeriesFloor(SERIES_WINDOW)).push(vals[col])
+    if TASK_SCORE in seen and not any(c in seen for c in SUCCESS_COLUMNS + (EVAL_COLUMN,)):
+        # a run without a success flag of arldiag's own: the label reads the task score alone
+        holds = [TASK_SCORE] if on.get(TASK_SCORE) else []
+    else:
+        holds = [EVAL_COLUMN] if on.get(EVAL_COLUMN) else []
+        batch = _batch_column(seen, state, vals)
+        if batch is not None and state.get("n_eval", 0) < EVAL_MIN_POINTS and on.get(batch):
+            # the label reads the batch success only while the run has fewer than EVAL_MIN_POINTS evaluations
             holds.append(batch)
-    for col in FORMAT_COLUMNS:
-        if col in seen and state.setdefault("series:" + col, SeriesFloor(SERIES_WINDOW)).push(vals[col]):
-            holds.append(col)
-    if not holds:
-        return None
+        holds += [c for c in FORMAT_COLUMNS if on.get(c)]
+    return _signal(p, vals, holds) if holds else None
+
+
+def _signal(p, vals: dict, holds: list[str]) -> Signal:
     col = holds[0]
     return Signal(max(WARNING, min(3, int(p["level"]))), float(vals[col]) if _finite(vals[col]) else math.nan, col,
                   f"{', '.join(holds)} fell as the collapse label's rule asks (arldiag.label), {LEAD} logged points "
