@@ -134,3 +134,28 @@ def test_batch_detect_ls_and_report_agree_with_the_label(tmp_path, capsys):
     assert row["verdict"] == "collapsed" and rank(row["state"]) >= WARNING, row
     first = next(v for k, v in row.items() if k.startswith("first_warn"))
     assert first is not None and first <= row["collapse_step"] + LEAD, row
+    # the report (JSON) and `arldiag watch --once` (the online evaluator over the store, its alerts table)
+    assert main(["report", str(run), "--format", "json", "-o", str(tmp_path / "r.json")]) == 0
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["verdict"] == "collapsed" and rank(rep["max_state"]) >= WARNING
+    capsys.readouterr()
+    main(["watch", str(run), "--once", "--quiet"])
+    import arldiag
+    alerts = arldiag.open_run(run).sql("select step, state from alerts order by step").fetchall()
+    assert any(rank(st) >= WARNING and s <= row["collapse_step"] + LEAD for s, st in alerts), alerts
+
+
+def test_online_monitor_warns_by_three_points():
+    """The Monitor (the Collector's online hook) on the issue's case: an alert at warning or above by the collapse
+    + 3 points, sent through a callback sink."""
+    from arldiag.monitor import Monitor
+    got = []
+    m = Monitor(sinks=[got.append])
+    rng = np.random.default_rng(7)
+    y = rng.binomial(8, 0.5, 200) / 8.0
+    y[120:] = 0.0
+    c, _ = run_events(np.arange(200), {"task_score": y})
+    for i, v in enumerate(y):
+        m.on_step(i, {"task_score": float(v)})
+    assert c is not None
+    assert any(rank(a.state) >= WARNING and a.step <= c + LEAD for a in got), [(a.step, a.state) for a in got]
