@@ -18,9 +18,9 @@ Two rules, as in label.run_events:
   or the run's minimum) is at most L = min(0, lowest value seen so far); every condition, written in y, is looser
   for a larger L, so testing with L keeps the floor necessary.
 * **outcome series** (label.series_events: success rate, format validity, eval success on its evaluation points):
-  with the trailing mean m over ``window`` steps and its running peak P, the label at a needs, at a + 3, either
-  the trailing mean below frac x P already (the lasting below-stretch began by then), or the last four raw values
-  below frac x P at their steps (the label moved back over them).
+  with the trailing mean m over ``window`` steps and its running peak P, the label at a needs every row from a on
+  to be either a raw value below frac x P (the rows it moved back over) or a row of the lasting below-stretch (m
+  below frac x P), so at a + 3 the last four rows all are.
 
 The floor is a detector (``collapse_floor``) whose warning is a floor of the alert state (Detector.floor): the
 Evaluator opens the warning at once, without the hysteresis's two points and without the corroboration gate, and
@@ -119,15 +119,17 @@ class ScoreFloor:
 
 
 class SeriesFloor:
-    """Necessary conditions of label.series_events at a + LEAD, one row (or evaluation point) at a time: the
-    trailing mean is below frac x its running peak, or the last LEAD + 1 raw values were."""
+    """Necessary conditions of label.series_events at a + LEAD, one row (or evaluation point) at a time: from a on,
+    each row is either a raw value below frac x the running peak (the rows the label moved back over) or a row of
+    the lasting below-stretch (the trailing mean below frac x its peak), so the last LEAD + 1 rows all are one or
+    the other."""
 
     def __init__(self, window: int) -> None:
         self.window = window
         self.buf: deque[float] = deque(maxlen=window)
         self.i = 0
         self.peak = -math.inf
-        self.raw_low = 0  # consecutive rows whose raw value is below frac x peak (peak >= min_peak)
+        self.low_rows = 0  # consecutive rows whose raw value or trailing mean is below frac x peak (peak >= min_peak)
 
     def push(self, y: float) -> bool:
         self.buf.append(y)
@@ -138,8 +140,9 @@ class SeriesFloor:
         self.i += 1
         armed = self.peak >= SERIES_MIN_PEAK
         below = armed and (not math.isfinite(m) or m < SERIES_FRAC * self.peak)
-        self.raw_low = self.raw_low + 1 if armed and math.isfinite(y) and y < SERIES_FRAC * self.peak else 0
-        return below or self.raw_low >= LEAD + 1
+        raw = armed and math.isfinite(y) and y < SERIES_FRAC * self.peak
+        self.low_rows = self.low_rows + 1 if below or raw else 0
+        return self.low_rows >= LEAD + 1
 
 
 def _finite(v: float) -> bool:
