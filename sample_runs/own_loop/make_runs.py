@@ -1,0 +1,112 @@
+"""Generate own_loop's evaluation set: 14 stable runs and 4 unhealthy ones, plus labels.json for eval-detect.
+
+    python sample_runs/own_loop/make_runs.py [--out /work/own_loop_runs] [--jobs 2] [--steps 200]
+    arldiag eval-detect /work/own_loop_runs --labels /work/own_loop_runs/labels.json
+    arldiag ls /work/own_loop_runs
+
+Stable runs: the healthy config over seeds 0-9, and two mild variants over two seeds each (a lower learning rate;
+a stronger KL penalty). Unhealthy runs: one per failure knob of own_loop.py, each on a seed of its own. Every run is
+one ``own_loop.py`` process (one torch thread, niced). labels.json is written from the runs themselves: a stable run
+gets ``collapse_step: null``; an unhealthy run gets the step at which arldiag's collapse label (``arldiag ls``,
+arldiag/label.py) places its collapse, and make_runs says so loudly when a run meant to break did not (or a stable
+one did), instead of writing a label the run does not bear out. Existing run folders are kept (``--force``
+retrains them).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+# name -> (kind, own_loop.py flags); kind "stable" or the failure knob
+RUNS: dict[str, tuple[str, list[str]]] = {
+    **{f"healthy_s{s}": ("stable", ["--seed", str(s)]) for s in range(10)},
+    **{f"healthy_lr2e-3_s{s}": ("stable", ["--seed", str(s), "--lr", "2e-3"]) for s in (10, 11)},
+    **{f"healthy_kl0.05_s{s}": ("stable", ["--seed", str(s), "--kl-coef", "0.05"]) for s in (12, 13)},
+    "lr_spike_s100": ("lr_spike", ["--seed", "100", "--failure", "lr_spike"]),
+    "stale_noclip_s101": ("stale_noclip", ["--seed", "101", "--failure", "stale_noclip"]),
+    "entropy_bonus_s102": ("entropy_bonus", ["--seed", "102", "--failure", "entropy_bonus"]),
+    "format_exploit_s103": ("format_exploit", ["--seed", "103", "--failure", "format_exploit"]),
+}
+
+
+def train_one(name: str, flags: list[str], out: Path, steps: int, force: bool) -> dict:
+    """Train one run into out/name (its stdout in out/name.log); skip a finished run unless ``force``."""
+    run = out / name
+    done = run / "run.json"
+    if done.is_file() and json.loads(done.read_text()).get("status") == "finished" and not force:
+        return {"run": name, "wall_s": None, "skipped": True}
+    if run.exists():
+        shutil.rmtree(run)
+    cmd = ["nice", "-n", "10", sys.executable, str(HERE / "own_loop.py"), *flags, "--steps", str(steps),
+           "--out", str(run)]
+    t0 = time.time()
+    with open(out / f"{name}.log", "w") as log:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        raise RuntimeError(f"{name}: own_loop.py exited with {rc}; see {out / (name + '.log')}")
+    return {"run": name, "wall_s": round(time.time() - t0, 1), "skipped": False}
+
+
+def collapse_labels(out: Path) -> dict[str, dict]:
+    """arldiag's own collapse label of every run under ``out`` ({run: row of `arldiag ls --json`})."""
+    res = subprocess.run([sys.executable, "-m", "arldiag.cli", "ls", str(out), "--json"], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"arldiag ls {out} failed: {res.stderr.strip()}")
+    rows = json.loads(res.stdout)
+    rows = rows.get("runs", rows) if isinstance(rows, dict) else rows
+    return {r["name"]: r for r in rows}
+
+
+def write_labels(out: Path) -> dict:
+    """labels.json in eval-detect's format, from the runs' own collapse labels; prints every disagreement."""
+    ls = collapse_labels(out)
+    labels = {}
+    for name, (kind, _) in RUNS.items():
+        row = ls.get(name)
+        if row is None:
+            print(f"make_runs: warning: {name} is missing from arldiag ls {out}", file=sys.stderr)
+            continue
+        collapse = row.get("collapse_step")
+        if kind == "stable" and collapse is not None:
+            print(f"make_runs: warning: stable run {name} collapsed at {collapse} by arldiag's label", file=sys.stderr)
+        if kind != "stable" and collapse is None:
+            print(f"make_runs: warning: unhealthy run {name} did not collapse by arldiag's label", file=sys.stderr)
+        labels[name] = {"collapse_step": None if kind == "stable" else collapse, "ambiguous": False,
+                        "kind": kind, "log_interval_steps": 1, "framework": "own_loop.py (sample_runs/own_loop)"}
+    (out / "labels.json").write_text(json.dumps(labels, indent=1) + "\n")
+    return labels
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="/work/own_loop_runs", help="folder of the run stores and labels.json")
+    p.add_argument("--jobs", type=int, default=2, help="runs trained at once (each uses one thread)")
+    p.add_argument("--steps", type=int, default=200, help="steps per run")
+    p.add_argument("--only", nargs="*", help="train only these run names (labels.json still covers all)")
+    p.add_argument("--force", action="store_true", help="retrain runs that already finished")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    todo = {k: v for k, v in RUNS.items() if not args.only or k in args.only}
+    unknown = set(args.only or ()) - set(RUNS)
+    if unknown:
+        p.error(f"--only: unknown run(s) {sorted(unknown)}; known: {', '.join(RUNS)}")
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        futs = [pool.submit(train_one, name, flags, out, args.steps, args.force) for name, (_, flags) in todo.items()]
+        for f in futs:
+            r = f.result()
+            print(f"{r['run']:<24} {'kept' if r['skipped'] else str(r['wall_s']) + ' s'}", flush=True)
+    labels = write_labels(out)
+    print(f"wrote {out / 'labels.json'} ({len(labels)} runs)")
+
+
+if __name__ == "__main__":
+    main()
