@@ -23,6 +23,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
+
+import arldiag
+
 HERE = Path(__file__).resolve().parent
 
 # name -> (kind, own_loop.py flags); kind "stable" or the failure knob
@@ -85,6 +89,46 @@ def write_labels(out: Path) -> dict:
     return labels
 
 
+def trainer_wall_s(out: Path, name: str) -> float | None:
+    """The training time own_loop.py printed on its last line (out/name.log), or None."""
+    log = out / f"{name}.log"
+    lines = log.read_text().strip().splitlines() if log.is_file() else []
+    try:
+        return float(json.loads(lines[-1])["wall_s"])
+    except (IndexError, ValueError, KeyError, TypeError):
+        return None
+
+
+def outcome_summary(run: Path) -> dict[str, float]:
+    """Batch success and episode format validity of a run: the peak of their 10-step trailing mean (from step 2,
+    as the collapse label takes it) and their mean over the last 10 steps."""
+    d = arldiag.open_run(run).sql("select success_rate, format_valid_frac from steps order by step").df()
+    out = {}
+    for col, key in (("success_rate", "success"), ("format_valid_frac", "format")):
+        m = d[col].rolling(10, min_periods=1).mean().to_numpy()
+        out[f"{key}_peak"] = float(np.max(m[2:])) if m.size > 2 else float("nan")
+        out[f"{key}_last"] = float(d[col].to_numpy()[-10:].mean())
+    return out
+
+
+def table(out: Path) -> str:
+    """Markdown table of the runs under ``out``: kind, flags, success and format (peak of the 10-step mean, mean of
+    the last 10 steps), collapse step by arldiag's label, the first warning of `arldiag ls`, steps, training time."""
+    ls = collapse_labels(out)
+    lines = ["| run | kind | flags | success peak | success last 10 | format peak | format last 10 | collapse (label) "
+             "| first warning | steps | train s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    f = lambda v: "-" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))  # noqa: E731
+    for name, (kind, flags) in RUNS.items():
+        r = ls.get(name)
+        if r is None:
+            continue
+        o = outcome_summary(out / name)
+        lines.append(f"| {name} | {kind} | `{' '.join(flags)}` | {f(o['success_peak'])} | {f(o['success_last'])} | "
+                     f"{f(o['format_peak'])} | {f(o['format_last'])} | {f(r['collapse_step'])} | "
+                     f"{f(r['first_warning'])} | {r['steps']} | {f(trainer_wall_s(out, name))} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="/work/own_loop_runs", help="folder of the run stores and labels.json")
@@ -92,8 +136,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=200, help="steps per run")
     p.add_argument("--only", nargs="*", help="train only these run names (labels.json still covers all)")
     p.add_argument("--force", action="store_true", help="retrain runs that already finished")
+    p.add_argument("--table", action="store_true", help="train nothing: print the runs' Markdown table")
     args = p.parse_args(argv)
     out = Path(args.out)
+    if args.table:
+        print(table(out))
+        return
     out.mkdir(parents=True, exist_ok=True)
     todo = {k: v for k, v in RUNS.items() if not args.only or k in args.only}
     unknown = set(args.only or ()) - set(RUNS)

@@ -18,7 +18,8 @@ mini-batch updates per step, a k3 KL penalty to the frozen warm start (Schulman 
 divergence"), an optional entropy bonus, Adam and gradient clipping.
 
 Failure knobs (``--failure``), each a realistic cause of a broken run:
-  lr_spike       learning rate 25x the healthy one (a typo'd config, a too-aggressive sweep point)
+  lr_spike       from step 100 the learning rate is 50x the healthy one (a resumed job whose scheduler lost its
+                 state, with a typo'd peak)
   stale_noclip   no ratio clipping, 8 epochs over each batch, rollouts from a sampler 2 steps behind
   entropy_bonus  an entropy bonus far too large for this action space: entropy runs away, replies turn to noise
   format_exploit the reward parser is lenient: a reply scores if the hidden number appears anywhere in it, so
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -71,6 +73,8 @@ class Config:
     n_tasks: int = doc("hidden numbers (groups) per step", 16)
     group_size: int = doc("episodes per hidden number (G)", 8)
     lr: float = doc("Adam learning rate of the RL phase", 3e-3)
+    lr_jump_step: int = doc("from this step on the learning rate is lr x lr_jump_factor (< 0: never)", -1)
+    lr_jump_factor: float = doc("the factor of that jump", 1.0)
     ppo_epochs: int = doc("passes over each rollout batch", 2)
     n_minibatches: int = doc("mini-batches per pass", 4)
     clip_eps: float = doc("PPO ratio clip epsilon; <= 0 turns clipping off", 0.2)
@@ -90,7 +94,9 @@ class Config:
 # what each failure knob changes, on top of the healthy defaults
 FAILURES: dict[str, dict] = {
     "none": {},
-    "lr_spike": {"lr": 7.5e-2},
+    # the job resumes from its step-100 checkpoint with a scheduler that lost its state and a peak lr 50x too high
+    # (0.15 for 3e-3): the run has learned by then, and Adam's first steps at that size wreck the policy
+    "lr_spike": {"lr_jump_step": 100, "lr_jump_factor": 50.0},
     "stale_noclip": {"clip_eps": 0.0, "ppo_epochs": 8, "rollout_lag": 2},
     # an entropy-bonus schedule annealed the wrong way (meant to decay to 0, written to grow): the bonus keeps
     # growing until it outweighs the reward, entropy runs away and the replies turn to noise
@@ -323,12 +329,14 @@ def update(policy, ref, opt, batch: Batch, adv: torch.Tensor, step: int, col, cf
             loss, info = grpo_loss(logp, logp_old[idx], logp_ref[idx], entropy, adv[idx], mask, cfg)
             opt.zero_grad()
             loss.backward()
-            norms.append(float(nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)))
+            norm = float(nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm))
+            norms.append(norm)
             stats.append(info)
             col.record_update(step, update=k, logp=logp.detach(), logp_old=logp_old[idx], advantages=adv[idx],
                               response_mask=mask, logp_ref=logp_ref[idx], entropy=entropy.detach(),
                               sample_ids=step * B + idx, turn_ids=batch.turn[idx], token_ids=seq[:, 1:])
-            opt.step()
+            if math.isfinite(norm):  # a non-finite gradient would poison the weights: skip that step
+                opt.step()
             k += 1
     return {"grad_norm": float(np.mean(norms)), "grad_norm_max": float(np.max(norms)),
             **{key: float(np.mean([s[key] for s in stats])) for key in stats[0]}}
@@ -394,9 +402,12 @@ def train(cfg: Config) -> dict:
                                turn_ids=batch.turn, token_ids=batch.seq[:, 1:], response_mask=batch.mask,
                                logp_rollout=batch.logp, rewards=batch.reward, format_valid=batch.valid,
                                truncated=batch.truncated, success=batch.success)
+            lr = cfg.lr * (cfg.lr_jump_factor if 0 <= cfg.lr_jump_step <= step else 1.0)
+            for g in opt.param_groups:
+                g["lr"] = lr
             ent_coef = entropy_weight(cfg, step)
             upd = update(policy, ref, opt, batch, adv, step, col, dataclasses.replace(cfg, ent_coef=ent_coef), gen)
-            metrics = step_metrics(batch, upd, cfg.lr)
+            metrics = step_metrics(batch, upd, lr)
             metrics["ent_coef"] = ent_coef
             col.record_step(step, metrics=metrics)
             lagged.append({k: t.clone() for k, t in policy.state_dict().items()})
