@@ -20,7 +20,8 @@ divergence"), an optional entropy bonus, Adam and gradient clipping.
 Failure knobs (``--failure``), each a realistic cause of a broken run:
   lr_spike       from step 100 the learning rate is 50x the healthy one (a resumed job whose scheduler lost its
                  state, with a typo'd peak)
-  stale_noclip   no ratio clipping, 8 epochs over each batch, rollouts from a sampler 2 steps behind
+  stale_noclip   rollouts from a sampler 2 steps behind, 4 epochs x 4 mini-batches per batch, no ratio clipping
+                 and no KL penalty
   entropy_bonus  an entropy bonus far too large for this action space: entropy runs away, replies turn to noise
   format_exploit the reward parser is lenient: a reply scores if the hidden number appears anywhere in it, so
                  spamming numbers pays while the strict format (and the true success) is lost
@@ -97,7 +98,9 @@ FAILURES: dict[str, dict] = {
     # the job resumes from its step-100 checkpoint with a scheduler that lost its state and a peak lr 50x too high
     # (0.15 for 3e-3): the run has learned by then, and Adam's first steps at that size wreck the policy
     "lr_spike": {"lr_jump_step": 100, "lr_jump_factor": 50.0},
-    "stale_noclip": {"clip_eps": 0.0, "ppo_epochs": 8, "rollout_lag": 2},
+    # an asynchronous pipeline run without its safeguards: rollouts from a sampler 2 steps behind, 4 epochs x 4
+    # mini-batches on each batch, the sampler's log-probs as logp_old, no ratio clipping and no KL anchor
+    "stale_noclip": {"clip_eps": 0.0, "ppo_epochs": 4, "n_minibatches": 4, "rollout_lag": 2, "kl_coef": 0.0},
     # an entropy-bonus schedule annealed the wrong way (meant to decay to 0, written to grow): the bonus keeps
     # growing until it outweighs the reward, entropy runs away and the replies turn to noise
     "entropy_bonus": {"ent_coef": 0.0, "ent_coef_end": 0.3},
