@@ -4,8 +4,9 @@
     arldiag eval-detect /work/own_loop_runs --labels /work/own_loop_runs/labels.json
     arldiag ls /work/own_loop_runs
 
-Stable runs: the healthy config over seeds 0-9, and two mild variants over two seeds each (a lower learning rate;
-a stronger KL penalty). Unhealthy runs: one per failure knob of own_loop.py, each on a seed of its own. Every run is
+Stable runs (``--set main``): the healthy config over seeds 0-9, and two mild variants over two seeds each (a
+lower learning rate; a stronger KL penalty). Unhealthy runs: one per failure knob of own_loop.py, each on a seed of
+its own. ``--set noisy``: the same 14 + 4 design at a quarter of the batch (other seeds), into its own folder. Every run is
 one ``own_loop.py`` process (one torch thread, niced). labels.json is written from the runs themselves: a stable run
 gets ``collapse_step: null``; an unhealthy run gets the step at which arldiag's collapse label (``arldiag ls``,
 arldiag/label.py) places its collapse, and make_runs says so loudly when a run meant to break did not (or a stable
@@ -30,7 +31,7 @@ import arldiag
 HERE = Path(__file__).resolve().parent
 
 # name -> (kind, own_loop.py flags); kind "stable" or the failure knob
-RUNS: dict[str, tuple[str, list[str]]] = {
+MAIN: dict[str, tuple[str, list[str]]] = {
     **{f"healthy_s{s}": ("stable", ["--seed", str(s)]) for s in range(10)},
     **{f"healthy_lr2e-3_s{s}": ("stable", ["--seed", str(s), "--lr", "2e-3"]) for s in (10, 11)},
     **{f"healthy_kl0.05_s{s}": ("stable", ["--seed", str(s), "--kl-coef", "0.05"]) for s in (12, 13)},
@@ -39,6 +40,15 @@ RUNS: dict[str, tuple[str, list[str]]] = {
     "entropy_bonus_s102": ("entropy_bonus", ["--seed", "102", "--failure", "entropy_bonus"]),
     "format_exploit_s103": ("format_exploit", ["--seed", "103", "--failure", "format_exploit"]),
 }
+# the same design at a quarter of the batch (4 hidden numbers x 8 episodes, 2 mini-batches): the batch success
+# swings about +-0.08 from step to step instead of +-0.04, as in loops that train on few prompts per step
+SMALL = ["--n-tasks", "4", "--group-size", "8", "--n-minibatches", "2"]
+NOISY: dict[str, tuple[str, list[str]]] = {
+    **{f"noisy_s{s}": ("stable", ["--seed", str(s), *SMALL]) for s in range(20, 34)},
+    **{f"noisy_{k}_s{s}": (k, ["--seed", str(s), "--failure", k, *SMALL])
+       for s, k in zip(range(120, 124), ("lr_spike", "stale_noclip", "entropy_bonus", "format_exploit"))},
+}
+SETS = {"main": MAIN, "noisy": NOISY}
 
 
 def train_one(name: str, flags: list[str], out: Path, steps: int, force: bool) -> dict:
@@ -69,11 +79,11 @@ def collapse_labels(out: Path) -> dict[str, dict]:
     return {r["name"]: r for r in rows}
 
 
-def write_labels(out: Path) -> dict:
+def write_labels(out: Path, runs: dict[str, tuple[str, list[str]]]) -> dict:
     """labels.json in eval-detect's format, from the runs' own collapse labels; prints every disagreement."""
     ls = collapse_labels(out)
     labels = {}
-    for name, (kind, _) in RUNS.items():
+    for name, (kind, _) in runs.items():
         row = ls.get(name)
         if row is None:
             print(f"make_runs: warning: {name} is missing from arldiag ls {out}", file=sys.stderr)
@@ -111,14 +121,14 @@ def outcome_summary(run: Path) -> dict[str, float]:
     return out
 
 
-def table(out: Path) -> str:
+def table(out: Path, runs: dict[str, tuple[str, list[str]]]) -> str:
     """Markdown table of the runs under ``out``: kind, flags, success and format (peak of the 10-step mean, mean of
     the last 10 steps), collapse step by arldiag's label, the first warning of `arldiag ls`, steps, training time."""
     ls = collapse_labels(out)
     lines = ["| run | kind | flags | success peak | success last 10 | format peak | format last 10 | collapse (label) "
              "| first warning | steps | train s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     f = lambda v: "-" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))  # noqa: E731
-    for name, (kind, flags) in RUNS.items():
+    for name, (kind, flags) in runs.items():
         r = ls.get(name)
         if r is None:
             continue
@@ -137,22 +147,25 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--only", nargs="*", help="train only these run names (labels.json still covers all)")
     p.add_argument("--force", action="store_true", help="retrain runs that already finished")
     p.add_argument("--table", action="store_true", help="train nothing: print the runs' Markdown table")
+    p.add_argument("--set", choices=sorted(SETS), default="main",
+                   help="main: 128 episodes a step (the evaluation set); noisy: 32 episodes a step")
     args = p.parse_args(argv)
+    runs = SETS[args.set]
     out = Path(args.out)
     if args.table:
-        print(table(out))
+        print(table(out, runs))
         return
     out.mkdir(parents=True, exist_ok=True)
-    todo = {k: v for k, v in RUNS.items() if not args.only or k in args.only}
-    unknown = set(args.only or ()) - set(RUNS)
+    todo = {k: v for k, v in runs.items() if not args.only or k in args.only}
+    unknown = set(args.only or ()) - set(runs)
     if unknown:
-        p.error(f"--only: unknown run(s) {sorted(unknown)}; known: {', '.join(RUNS)}")
+        p.error(f"--only: unknown run(s) {sorted(unknown)}; known: {', '.join(runs)}")
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         futs = [pool.submit(train_one, name, flags, out, args.steps, args.force) for name, (_, flags) in todo.items()]
         for f in futs:
             r = f.result()
             print(f"{r['run']:<24} {'kept' if r['skipped'] else str(r['wall_s']) + ' s'}", flush=True)
-    labels = write_labels(out)
+    labels = write_labels(out, runs)
     print(f"wrote {out / 'labels.json'} ({len(labels)} runs)")
 
 
