@@ -1,7 +1,7 @@
 """own_loop: a small multi-turn GRPO trainer in plain torch, written the way an outside user would write one, that
 records its run through arldiag's public Collector API (README "Use it in your trainer").
 
-    python sample_runs/own_loop/own_loop.py --seed 0 --steps 160 --out /tmp/own_loop/s0
+    python sample_runs/own_loop/own_loop.py --seed 0 --steps 200 --out /tmp/own_loop/s0
     python sample_runs/own_loop/own_loop.py --seed 0 --failure lr_spike --out /tmp/own_loop/lr_s0
 
 The game ("higher / lower"): a hidden number h in 1..16; each turn the agent must answer "<a> k </a>" (three tokens:
@@ -22,7 +22,8 @@ Failure knobs (``--failure``), each a realistic cause of a broken run:
                  state, with a typo'd peak)
   stale_noclip   rollouts from a sampler 2 steps behind, 4 epochs x 4 mini-batches per batch, no ratio clipping
                  and no KL penalty
-  entropy_bonus  an entropy bonus far too large for this action space: entropy runs away, replies turn to noise
+  entropy_bonus  an entropy-bonus weight that grows from 0 to 0.3 over the run (a decay schedule written the wrong
+                 way round): entropy runs away, replies turn to noise
   format_exploit the reward parser is lenient: a reply scores if the hidden number appears anywhere in it, so
                  spamming numbers pays while the strict format (and the true success) is lost
 
@@ -54,7 +55,7 @@ def doc(text: str, default):
 @dataclass
 class Config:
     seed: int = doc("random seed (hidden numbers, sampling, initial weights)", 0)
-    steps: int = doc("GRPO steps (one rollout batch and its updates each)", 160)
+    steps: int = doc("GRPO steps (one rollout batch and its updates each)", 200)
     out: str = doc("run store folder written through arldiag.Collector", "runs/own_loop")
     failure: str = doc("failure knob: none | lr_spike | stale_noclip | entropy_bonus | format_exploit", "none")
     # game
@@ -104,6 +105,8 @@ FAILURES: dict[str, dict] = {
     # an entropy-bonus schedule annealed the wrong way (meant to decay to 0, written to grow): the bonus keeps
     # growing until it outweighs the reward, entropy runs away and the replies turn to noise
     "entropy_bonus": {"ent_coef": 0.0, "ent_coef_end": 0.3},
+    # a lenient reward parser (and so no format penalty): any number in a reply counts as a guess, so replies that
+    # list many numbers pay more than one well-formed guess while the game itself rejects them
     "format_exploit": {"lenient_reward": True, "format_penalty": 0.0},
 }
 
@@ -126,7 +129,7 @@ def parse_turn(tokens: list[int], cfg: Config) -> int | None:
 
 
 def lenient_numbers(tokens: list[int], cfg: Config) -> set[int]:
-    """What a regex-style reward parser (r"<a>(.*)</a>", then every number in it) reads from a reply."""
+    """What a lenient regex-style reward parser reads from a reply: every number in it, well-formed or not."""
     return {t - NUM0 + 1 for t in tokens if NUM0 <= t < NUM0 + cfg.n_numbers}
 
 
@@ -361,12 +364,21 @@ def step_metrics(batch: Batch, upd: dict, lr: float) -> dict[str, float]:
             "avg_response_len": float(batch.n_reply_tokens.mean()), "num_turns": float(batch.n_turns.mean())}
 
 
+def flag_bool(text: str) -> bool:
+    """A boolean flag's value: true/false, yes/no, 1/0."""
+    if text.lower() in ("1", "true", "yes"):
+        return True
+    if text.lower() in ("0", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
 def make_config(argv: list[str] | None = None) -> Config:
     """Config from the command line: one flag per field, with the field's help; --failure applies its preset
     first, and flags given explicitly win over it."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     for f in dataclasses.fields(Config):
-        kind = {"bool": lambda s: s.lower() in ("1", "true", "yes"), "int": int, "float": float}.get(f.type, str)
+        kind = {"bool": flag_bool, "int": int, "float": float}.get(f.type, str)
         p.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=None,
                        help=f"{f.metadata['help']} (default {f.default})")
     args = p.parse_args(argv)
