@@ -22,7 +22,7 @@ import numpy as np
 
 from arldiag import __version__
 from arldiag.aliases import OWN_OUTCOMES, LiveResolver
-from arldiag.backends import is_torch
+from arldiag.backends import HostCopy, is_torch
 from arldiag.collectors.arrow_rows import cached_schema, row_table as _row_table
 from arldiag.collectors.convert import as_array, as_device_array, check_shape
 from arldiag.collectors.guard import Guard
@@ -158,10 +158,30 @@ class Collector:
         """Record what the rollout produced for ``step``: one entry per sample ([B]) or per token ([B, T])."""
         if self._after_close("record_rollout", step):
             return
+        args = dict(sample_ids=sample_ids, group_ids=group_ids, turn_ids=turn_ids, token_ids=token_ids,
+                    response_mask=response_mask, logp_rollout=logp_rollout, rewards=rewards,
+                    format_valid=format_valid, truncated=truncated, success=success, trajectory_ids=trajectory_ids)
+        if any(_on_device(v) for v in args.values()):
+            _rollout_args(**args, texts=texts, conv=as_device_array)  # a bad argument fails here, at the call
+            self.guard.run("record_rollout", self._defer_rollout, int(step), args, texts)
+            return
         sid, per_sample, mask, tok, lpr = _rollout_args(sample_ids, group_ids, turn_ids, token_ids, response_mask,
                                                         logp_rollout, rewards, format_valid, truncated, success,
                                                         trajectory_ids, texts)
         self.guard.run("record_rollout", self._steps.record_rollout, int(step), sid, per_sample, mask, tok, lpr, texts)
+
+    def _defer_rollout(self, step: int, args: dict, texts) -> None:
+        """A rollout handed as device tensors: their copy to the host is queued now (one HostCopy) and the rollout
+        is recorded when the step's statistics need it (StepEngine.resolve), by when the copy has landed: no host
+        wait here, where a ``.cpu()`` per tensor used to wait for the GPU each."""
+        dev = {k: as_device_array(v, k, _ROLLOUT_DTYPES[k]) for k, v in args.items() if _on_device(v)}
+        copy = HostCopy(dev)
+
+        def add(st) -> None:
+            host = dict(args, **copy.wait())
+            sid, per_sample, mask, tok, lpr = _rollout_args(**host, texts=texts)
+            self._steps.add_rollout(st, step, sid, per_sample, mask, tok, lpr, texts)
+        self._steps.defer_rollout(step, add)
 
     def record_update(self, step: int, update: int = 0, *, logp, logp_old, advantages, response_mask,
                       logp_ref=None, logp_rollout=None, entropy=None, sample_ids=None, turn_ids=None,
@@ -190,8 +210,16 @@ class Collector:
         when ``batch_s`` lets the step wait for a batched statistics pass (``last_metrics`` has it after ``settle``)."""
         if self._after_close("record_step", step):
             return {}
+        metrics = dict(metrics or {})
+        dev = {k: v.detach().reshape(-1)[:1].float() for k, v in metrics.items() if _on_device(v)}
+        if dev:  # device metrics (verl's loss metrics): one queued copy, read once the step's statistics are in
+            copy = HostCopy(dev)
+            self.guard.run("record_step", self._steps.settle)
+            if self._steps.cur is not None:
+                self.guard.run("record_update", self._steps.compute_step, self._steps.cur)
+            metrics.update(copy.wait())
         user = {}
-        for k, v in (metrics or {}).items():
+        for k, v in metrics.items():
             try:
                 user[str(k)] = float(as_array(v, f"metrics[{k!r}]", np.float64).reshape(-1)[0]) \
                     if not isinstance(v, (int, float)) else float(v)
@@ -305,10 +333,21 @@ class Collector:
         return True
 
 
+_ROLLOUT_DTYPES = {"sample_ids": np.int64, "group_ids": np.int64, "trajectory_ids": np.int64, "turn_ids": np.int64,
+                   "token_ids": np.int64, "response_mask": np.bool_, "logp_rollout": np.float32,
+                   "rewards": np.float64, "format_valid": np.bool_, "truncated": np.bool_, "success": np.bool_}
+
+
+def _on_device(x) -> bool:
+    """A torch tensor on an accelerator (reading it on the host would wait for the device)."""
+    return is_torch(x) and x.device.type != "cpu"
+
+
 def _rollout_args(sample_ids, group_ids, turn_ids, token_ids, response_mask, logp_rollout, rewards, format_valid,
-                  truncated, success, trajectory_ids, texts):
+                  truncated, success, trajectory_ids, texts, conv=as_array):
     """record_rollout's arguments validated: sample ids [B], the per-sample columns, and the [B, T] mask, token ids
-    and rollout log-probs (or None)."""
+    and rollout log-probs (or None). ``conv``: as_device_array checks device tensors without reading them."""
+    as_array = conv  # noqa: N806 - the same checks, on the host or on the device
     sid = as_array(sample_ids, "sample_ids", np.int64)
     if sid.ndim != 1:
         raise ValueError(f"sample_ids must be 1-D [B], got shape {sid.shape}")
@@ -335,7 +374,7 @@ def _rollout_args(sample_ids, group_ids, turn_ids, token_ids, response_mask, log
             raise ValueError(f"response_mask must be [B, T] with B = len(sample_ids) = {B}, got {mask.shape}")
         for nm, val in (("token_ids", token_ids), ("logp_rollout", logp_rollout)):
             if val is not None:
-                check_shape(nm, as_array(val, nm), mask.shape, "response_mask")
+                check_shape(nm, as_array(val, nm, np.float32), mask.shape, "response_mask")
         tok = None if token_ids is None else as_array(token_ids, "token_ids", np.int64)
         lpr = None if logp_rollout is None else as_array(logp_rollout, "logp_rollout", np.float32)
         if turn is not None and turn.ndim == 2:
@@ -353,7 +392,7 @@ def _update_args(logp, logp_old, advantages, response_mask, logp_ref, logp_rollo
     # accelerator tensors stay on their device: the statistics run there (arldiag/backends.py), no copy to the
     # host; CPU tensors become numpy views (no copy), on which the same statistics cost 2-3x less CPU time than
     # torch's per-op dispatch (benchmarks/integration_overhead.py)
-    conv = as_device_array if is_torch(logp) and logp.device.type != "cpu" else as_array
+    conv = as_device_array if _on_device(logp) else as_array
     mask = conv(response_mask, "response_mask", np.bool_)
     if mask.ndim != 2:
         raise ValueError(f"response_mask must be 2-D [B, T], got shape {mask.shape}")
@@ -382,8 +421,9 @@ def _update_args(logp, logp_old, advantages, response_mask, logp_ref, logp_rollo
             raise ValueError(f"turn_ids must be [B] = ({B},) or [B, T] = {mask.shape}, got {turn.shape}")
     sid = None
     if sample_ids is not None:
-        # ids stay on the host: [B] values, used for lookups and token sampling there (numpy)
-        sid = as_array(sample_ids, "sample_ids", np.int64)
+        # ids on a device stay there (read with the statistics' one copy, collectors/align.py); else numpy [B]
+        sid = as_device_array(sample_ids, "sample_ids", np.int64) if conv is as_device_array and \
+            _on_device(sample_ids) else as_array(sample_ids, "sample_ids", np.int64)
         check_shape("sample_ids", sid, (B,), "response_mask rows")
     inp = UpdateInputs(lp, lpo, adv, mask, opt.get("logp_ref"), opt.get("logp_rollout"), opt.get("entropy"),
                        turn, tid)

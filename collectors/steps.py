@@ -14,6 +14,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from arldiag.backends import is_torch
 from arldiag.collectors.align import RolloutCache, align
 from arldiag.collectors.distributed import reduce_step_aggs
 from arldiag.collectors.guard import Guard
@@ -74,7 +75,7 @@ class StepState:
     """What a step gathered: raw aggregates, update indices, per-sequence k3 sums, trainer metrics, deferred
     updates (``record_update(defer=True)``: (update, inputs, sample ids)), the rollout cache and the rollout calls
     not computed yet (batch_s); ``time``: when it was finalised (its step row)."""
-    __slots__ = ("step", "aggs", "updates", "seq_k3", "user", "staged", "rollout", "rolls", "time")
+    __slots__ = ("step", "aggs", "updates", "seq_k3", "user", "staged", "rollout", "rolls", "time", "deferred")
 
     def __init__(self, step: int):
         self.step = step
@@ -86,6 +87,9 @@ class StepState:
         self.rollout = RolloutCache()
         self.rolls: list[RolloutCall] = []
         self.time = 0
+        # rollouts handed as device tensors, on their way to the host (Collector._defer_rollout): each adds itself
+        # to the step (``fn(st)``) when the step's statistics need the rollout cache (StepEngine.resolve)
+        self.deferred: list[Callable[["StepState"], None]] = []
 
 
 class StepEngine:
@@ -112,6 +116,23 @@ class StepEngine:
         self.enter(step)
         st = self.cur
         self.compute_staged(st)  # deferred updates see the rollout cache as it was when they were recorded
+        self.add_rollout(st, step, sid, per_sample, mask, tok, lpr, texts)
+
+    def defer_rollout(self, step: int, add: Callable[[StepState], None]) -> None:
+        """A rollout whose tensors are still being copied to the host: ``add(st)`` records it when the step needs
+        it (resolve), so the copy costs the host no wait of its own."""
+        self.enter(step)
+        self.compute_staged(self.cur)  # updates recorded before it do not see it
+        self.cur.deferred.append(add)
+
+    def resolve(self, st: StepState) -> None:
+        """Add the step's deferred rollouts (in their order) to its cache."""
+        adds, st.deferred = st.deferred, []
+        for add in adds:
+            add(st)
+
+    def add_rollout(self, st: StepState, step, sid, per_sample, mask, tok, lpr, texts) -> None:
+        """The rollout cache and the rollout statistics of one record_rollout call (host arrays)."""
         B = sid.shape[0]
         lengths = mask.sum(axis=1).astype(np.int64) if mask is not None else np.zeros(B, np.int64)
         if mask is not None:
@@ -147,10 +168,11 @@ class StepEngine:
     def stage(self, step: int, update: int, inp: UpdateInputs, sid: np.ndarray | None) -> None:
         self.enter(step)
         sid = self.sample_ids(step, inp, sid)
-        self.cur.staged.append((update, owned(inp), np.array(sid)))
+        self.cur.staged.append((update, owned(inp), sid.clone() if is_torch(sid) else np.array(sid)))
 
     def compute_step(self, st: StepState) -> None:
         """What a step recorded but did not compute yet: its rollout calls and its deferred updates."""
+        self.resolve(st)
         rolls, st.rolls = st.rolls, []
         if rolls:
             self.rollout_calls(rolls, [st.aggs] * len(rolls))
@@ -159,6 +181,7 @@ class StepEngine:
     def compute_staged(self, st: StepState) -> None:
         """Compute the deferred updates of ``st``: one pass per group of updates that gave the same inputs (in
         practice one per step)."""
+        self.resolve(st)
         staged, st.staged = st.staged, []
         if not staged:
             return
@@ -193,7 +216,8 @@ class StepEngine:
         for i, pr in enumerate(preps):
             inp = pr.inp
             key = (signature(inp), inp.rollout_flat_logp is None, inp.rollout_flat_token_ids is None,
-                   inp.retok_extra is None, tuple(pr.cols), pr.turn is None, pr.texts is None)
+                   inp.retok_extra is None, tuple(pr.cols or ()), pr.turn is None, pr.texts is None,
+                   i if is_torch(inp.mask) else -1)  # device pairs: one pass each (one host copy per pass)
             groups.setdefault(key, []).append(i)
         for idx in groups.values():
             inps = [preps[i].inp for i in idx]
@@ -202,7 +226,9 @@ class StepEngine:
                 for f in ("rollout_flat_logp", "rollout_flat_token_ids", "retok_extra") if getattr(inps[0], f) is not None})
             if len(idx) == 1 or not segmentable(inp.mask, inp.turn_ids):
                 for i in idx:  # one pass per pair
-                    res = compute_update(preps[i].inp, self.bands)
+                    res = compute_update(preps[i].inp, self.bands, extra=preps[i].device_ids)
+                    if preps[i].device_ids is not None:
+                        preps[i].resolve(res.extra)
                     out[i] = self.merge(work[i], res.aggs, res.seq_k3[res.nonempty])
                     self.rows.emit([preps[i]], res)
                 continue
@@ -233,6 +259,7 @@ class StepEngine:
         if st is None:
             return {}
         st.time = now_us()
+        self.guard.run("record_rollout", self.resolve, st)
         if self.batchable(st):
             if not self.pending:
                 self.pending_since = time.monotonic()

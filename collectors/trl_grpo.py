@@ -84,12 +84,15 @@ class ArldiagGRPOMixin:
         return out
 
     def _arldiag_record_rollout(self, out, sid, glob, call) -> None:
+        import torch
+
         rewards = None
         rpf = self._arldiag_rewards
         if rpf is not None:
             w = self.reward_weights.to(rpf.device)
             r = (rpf * w.unsqueeze(0)).nansum(dim=1)
-            r[rpf.isnan().all(dim=1)] = float("nan")  # TRL's "unscorable" rows
+            # TRL's "unscorable" rows; torch.where, not a boolean index (a host wait on a GPU)
+            r = torch.where(rpf.isnan().all(dim=1), float("nan"), r)
             rewards = r[glob.to(r.device)] if r.shape[0] > glob.max() else None
         mask = out["completion_mask"]
         if "tool_mask" in out:
