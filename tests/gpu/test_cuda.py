@@ -158,7 +158,7 @@ def test_at_most_one_host_wait_per_step(device, tmp_path):
     assert during == []
     assert len(at_end) + waits <= 1, (at_end, waits)
     run = arldiag.open_run(tmp_path / "r")
-    assert run.sql("select count(*) from tokens where step = 5").fetchone()[0] == int(d["mask"].sum())
+    assert run.sql("select count(*) from tokens where step = 5").fetchall()[0][0] == int(d["mask"].sum())
 
 
 def test_trl_drop_in_step_on_the_device(device, tmp_path):
@@ -189,12 +189,12 @@ def test_trl_drop_in_step_on_the_device(device, tmp_path):
     assert [s[0] for s in steps] == [1, 2, 3] and all(math.isfinite(s[1]) for s in steps)
     seqs = run.sql("select step, count(*), sum(n_tokens) from sequences group by step order by step").fetchall()
     assert [s[1] for s in seqs] == [8, 8, 8]   # one update of 8 rows a step (rows without tokens: none)
-    n_tok = run.sql("select count(*) from tokens").fetchone()[0]
+    n_tok = run.sql("select count(*) from tokens").fetchall()[0][0]
     assert n_tok == sum(s[2] for s in seqs) > 0
     # the rollout's token ids reached the updates on the device: the ids match wherever both are known
     assert run.sql("select count(*) from tokens where token_id_rollout >= 0 and token_id_rollout <> token_id"
-                   ).fetchone()[0] == 0
-    assert run.sql("select count(*) from tokens where token_id_rollout >= 0").fetchone()[0] > 0
+                   ).fetchall()[0][0] == 0
+    assert run.sql("select count(*) from tokens where token_id_rollout >= 0").fetchall()[0][0] > 0
 
 
 def test_verl_loss_mode_on_the_device(device, tmp_path):
