@@ -20,7 +20,7 @@ from arldiag.collectors.distributed import reduce_step_aggs
 from arldiag.collectors.guard import Guard
 from arldiag.collectors.rollout_stats import ROLLOUT_AGGS, RolloutCall, rollout_stats
 from arldiag.collectors.rows import RowBuffer
-from arldiag.collectors.staging import owned, signature, stack
+from arldiag.collectors.staging import on_host, owned, signature, stack
 from arldiag.schema import STEP_AGGS, USER_METRIC_PREFIX, derive_step_metrics
 from arldiag.stats import AGGS, Bands, UpdateInputs, compute_update, segmentable, top_share
 
@@ -104,6 +104,9 @@ class StepEngine:
         self.on_step = on_step
         self.cur: StepState | None = None  # the step being recorded
         self.pending: list[StepState] = []  # finished steps whose statistics are not computed yet (batch_s)
+        # where the statistics of device tensors run: "device" (torch there, one copy of the results) or "host"
+        # (one copy of the inputs, then numpy); benchmarks/gpu_overhead.py measures both
+        self.stats_on = "device"
         self.pending_since = 0.0
 
     def enter(self, step: int) -> None:
@@ -185,6 +188,8 @@ class StepEngine:
         staged, st.staged = st.staged, []
         if not staged:
             return
+        if self.stats_on == "host" and any(is_torch(u[1].mask) for u in staged):
+            staged = on_host(staged)
         if "turn" in st.rollout.cols:  # per-turn samples take their turn ids per update (all rows known or none)
             batches = [[u] for u in staged]
         else:

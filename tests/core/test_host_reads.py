@@ -1,0 +1,57 @@
+"""The collector's hot path on device tensors reads nothing back to the host while a step is recorded: a rollout
+and deferred updates handed as device tensors queue their work and copies, and the step's end reads everything in
+one copy (backends.HostCopy). On a CUDA device each read (``.item()``, ``.cpu()``, ``.tolist()``, ``.numpy()``,
+``bool(tensor)``) would make the host wait for the GPU; here CPU tensors take the device path (``_on_device``
+patched) and the reads are counted, so CI guards the "one host wait per step" property without a GPU
+(tests/gpu/test_cuda.py counts the CUDA synchronisations themselves)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import arldiag
+from arldiag.backends import is_torch
+from arldiag.collectors import collector
+
+torch = pytest.importorskip("torch")
+READS = ("item", "cpu", "tolist", "numpy", "__bool__", "nonzero", "unique")
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """Counts of the host-reading tensor methods, by name."""
+    monkeypatch.setattr(collector, "_on_device", is_torch)
+    counts = dict.fromkeys(READS, 0)
+    for name in READS:
+        orig = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _orig=orig, _name=name, **k):
+            counts[_name] += 1
+            return _orig(self, *a, **k)
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    return counts
+
+
+def test_no_host_read_until_the_step_ends(reads, tmp_path):
+    rng = np.random.default_rng(0)
+    B, T = 16, 12
+    t = lambda x: torch.from_numpy(np.ascontiguousarray(x))  # noqa: E731
+    mask = rng.random((B, T)) < 0.8
+    lpo = rng.normal(-1, 0.5, (B, T)).astype(np.float32)
+    ids = rng.integers(0, 40, (B, T))
+    sid = np.arange(B) + 7
+    with arldiag.Collector(tmp_path / "r", token_sample_rate=1.0, strict=True) as col:
+        col.record_rollout(1, sample_ids=t(sid), group_ids=t(sid // 4), token_ids=t(ids), response_mask=t(mask),
+                           logp_rollout=t(lpo), rewards=t(rng.random(B).astype(np.float32)))
+        for u in range(2):
+            r = slice(8 * u, 8 * u + 8)
+            col.record_update(1, u, logp=t(lpo[r] + 0.1), logp_old=t(lpo[r]), advantages=t(rng.normal(size=8)),
+                              response_mask=t(mask[r]), entropy=t(np.ones((8, T), np.float32)),
+                              token_ids=t(ids[r]), sample_ids=t(sid[r]), defer=True)
+        assert reads == dict.fromkeys(READS, 0)   # nothing read back while the step is recorded
+        col.record_step(1, {"loss": t(np.float32(0.5))})
+        assert sum(reads.values()) > 0            # the step's end reads its results (one copy per dtype)
+    run = arldiag.open_run(tmp_path / "r")
+    assert run.sql("select count(*) from tokens").fetchall()[0][0] == int(mask.sum())
+    assert run.sql("select count(*) from tokens where token_id_rollout = token_id").fetchall()[0][0] == int(mask.sum())
+    assert run.sql("select loss from steps").fetchall()[0][0] == pytest.approx(0.5)
