@@ -523,9 +523,8 @@ def _spread(be, x, m, fill, dtype):
     return out
 
 
-def _masked_results(e: Env, aggs: dict, seq: dict, turn, tok: dict, seq_turn, extra) -> "UpdateStats":
-    """The results of the masked layout: every device value in one copy to the host (HostCopy), then the
-    numpy-side finish: aggregates as Python numbers, columns in their stored dtypes, turn rows compacted."""
+def _masked_results(e: Env, aggs: dict, seq: dict, turn, tok: dict, seq_turn, extra) -> "PendingStats":
+    """The results of the masked layout: every device value queued in one copy to the host (HostCopy)."""
     be, lay = e.be, e.lay
     lazy = [k for k, v in aggs.items() if not isinstance(v, (int, float))]
     dev = {"aggs": be.xp.stack([aggs[k].to(be.xp.float64) for k in lazy]) if lazy else None,
@@ -536,38 +535,61 @@ def _masked_results(e: Env, aggs: dict, seq: dict, turn, tok: dict, seq_turn, ex
     dev.update(("turn." + k, v) for k, v in (turn or {}).items())
     dev.update(("tok." + k, v) for k, v in tok.items())
     dev.update(("extra." + k, v) for k, v in (extra or {}).items())
-    h = HostCopy(dev).wait()
-    vals = {k: v for k, v in aggs.items() if k not in lazy}
-    vals.update(zip(lazy, h["aggs"].tolist() if lazy else ()))
-    out = Backend.finish(be, vals, _COUNTS)
-    if out.get("n_tok_mis", 1) == 0:   # no token has a rollout log-prob: no mismatch aggregates (``any_roll``)
-        out = {k: v for k, v in out.items() if "any_roll" not in AGGS[k].needs}
-    host = {k: h["seq." + k] for k in seq}
-    for k in ("n_tokens", "nonfinite", "retok_mismatch"):
-        host[k] = host[k].astype(np.int32)
-    host["turn"] = seq_turn if isinstance(seq_turn, np.ndarray) else h["seq_turn"].astype(np.int16)
-    tr = None
-    if turn is not None:
-        tv = h["turn_valid"]
-        tr = {k: h["turn." + k][tv] for k in turn}
-        tr["turn"] = tr["turn"].astype(np.int16)
-        tr["n_tokens"] = tr["n_tokens"].astype(np.int32)
-        if "retok_mismatch" in tr:
-            tr["retok_mismatch"] = tr["retok_mismatch"].astype(np.int32)
-    tok_h = {k: None if v is None else h["tok." + k] for k, v in tok.items()}
-    res = UpdateStats(None, out, host, tr, h["seq_k3"], h["nonempty"], h["anomalous"], tok_h)
-    res.masked = (h["valid"], lay.B, lay.T)
-    res.extra = {k[6:]: v for k, v in h.items() if k.startswith("extra.")}
-    return res
+    return PendingStats(HostCopy(dev), {k: v for k, v in aggs.items() if k not in lazy}, lazy, list(seq),
+                        None if turn is None else list(turn), seq_turn if isinstance(seq_turn, np.ndarray) else None,
+                        [k for k, v in tok.items() if v is not None], lay.B, lay.T)
+
+
+class PendingStats:
+    """compute_update's results on their way to the host (``wait=False``): ``done()`` tells without waiting
+    whether the copy has landed, ``result()`` waits for it (at most once) and finishes on the host: aggregates as
+    Python numbers, columns in their stored dtypes, turn rows compacted."""
+
+    def __init__(self, copy: HostCopy, fixed: dict, lazy: list, seq: list, turn, seq_turn, tok: list, B: int, T: int):
+        self.copy, self.fixed, self.lazy, self.seq, self.turn = copy, fixed, lazy, seq, turn
+        self.seq_turn, self.tok, self.B, self.T = seq_turn, tok, B, T
+
+    def done(self) -> bool:
+        return self.copy.done()
+
+    def result(self) -> "UpdateStats":
+        h = self.copy.wait()
+        vals = dict(self.fixed)
+        vals.update(zip(self.lazy, h["aggs"].tolist() if self.lazy else ()))
+        out = {k: (int(v) if k in _COUNTS else float(v)) for k, v in vals.items()}
+        if out.get("n_tok_mis", 1) == 0:   # no token has a rollout log-prob: no mismatch aggregates (``any_roll``)
+            out = {k: v for k, v in out.items() if "any_roll" not in AGGS[k].needs}
+        host = {k: h["seq." + k] for k in self.seq}
+        for k in ("n_tokens", "nonfinite", "retok_mismatch"):
+            host[k] = host[k].astype(np.int32)
+        host["turn"] = self.seq_turn if self.seq_turn is not None else h["seq_turn"].astype(np.int16)
+        tr = None
+        if self.turn is not None:
+            tv = h["turn_valid"]
+            tr = {k: h["turn." + k][tv] for k in self.turn}
+            tr["turn"] = tr["turn"].astype(np.int16)
+            tr["n_tokens"] = tr["n_tokens"].astype(np.int32)
+            if "retok_mismatch" in tr:
+                tr["retok_mismatch"] = tr["retok_mismatch"].astype(np.int32)
+        tok_h = {k: h.get("tok." + k) for k in _TOKEN_KEYS}
+        res = UpdateStats(None, out, host, tr, h["seq_k3"], h["nonempty"], h["anomalous"], tok_h)
+        res.masked = (h["valid"], self.B, self.T)
+        res.extra = {k[6:]: v for k, v in h.items() if k.startswith("extra.")}
+        return res
+
+
+_TOKEN_KEYS = ("turn", "log_ratio", "advantage", "logp", "logp_old", "logp_ref", "logp_rollout", "entropy",
+               "token_id", "token_id_rollout")
 
 
 def compute_update(inp: UpdateInputs, bands: Bands, segments: np.ndarray | None = None,
-                   extra: dict | None = None) -> UpdateStats:
+                   extra: dict | None = None, wait: bool = True) -> Any:
     """Statistics of one update (see the module doc), on numpy or on the torch tensors' device.
 
     On torch (the masked layout, ``masked_layout``) the device is never read until the end, where every result
     leaves it in one queued copy (backends.HostCopy): one host wait per call. ``extra``: more device tensors to
     bring back with that copy (the collector's sample ids and rollout rows), in ``UpdateStats.extra``.
+    ``wait=False`` (masked layout only): return the PendingStats without waiting for the copy.
 
     ``segments``: the rows of ``inp`` are several steps stacked, step ``i`` starting at row ``segments[i]`` (numpy
     input without turn ids, see ``segmentable``): ``aggs`` is then one dict per step (_segment_aggs); the rows are
@@ -613,7 +635,8 @@ def compute_update(inp: UpdateInputs, bands: Bands, segments: np.ndarray | None 
            "logp": env.lp, "logp_old": env.lp_old, "logp_ref": env.lp_ref, "logp_rollout": env.lp_roll,
            "entropy": env.ent, "token_id": env.tid, "token_id_rollout": env.rid}
     if lay.valid is not None:
-        return _masked_results(env, aggs, seq, turn, tok, seq_turn, extra)
+        pending = _masked_results(env, aggs, seq, turn, tok, seq_turn, extra)
+        return pending.result() if wait else pending
     host = {k: be.host(v) for k, v in seq.items()}
     for k in ("n_tokens", "nonfinite", "retok_mismatch"):
         host[k] = host[k].astype(np.int32)

@@ -84,6 +84,12 @@ class Collector:
             calls) is shared. The rows and statistics are those of one pass per step; ``record_step`` then returns
             ``{}``, and ``last_metrics``, the monitor and ``should_stop`` see a step up to ``batch_s`` later
             (``settle()`` computes the pending steps now). The TRL drop-in uses 0.5 s; off with a process group.
+        overlap: device (CUDA) tensors: a step's statistics are queued on the device at ``record_step`` and their
+            results land on the host while the next step runs (at its first deferred update, whose work the GPU is
+            busy with), so the host neither waits for them nor holds up the next step's kernels; ``record_step``
+            then returns ``{}`` and ``last_metrics`` and the monitor see the step one step later (``settle()``
+            lands it now). False: the host waits once at ``record_step`` (benchmarks/gpu_overhead.py measures
+            both). Off with a process group (its reduction is a collective call per step).
     """
 
     def __init__(self, root: str | os.PathLike, config: Mapping[str, Any] | None = None,
@@ -91,7 +97,8 @@ class Collector:
                  name: str | None = None, algorithm: str | None = None, rank: int = 0, world_size: int = 1,
                  flush_every: int = 50, flush_every_s: float = 5.0, token_sample_rate: float = 0.05,
                  neg_adv_delta: float = 0.223, dual_clip_c: float | None = None, monitor: Any = None,
-                 strict: bool = False, queue_size: int = 64, process_group: Any = None, batch_s: float = 0.0):
+                 strict: bool = False, queue_size: int = 64, process_group: Any = None, batch_s: float = 0.0,
+                 overlap: bool = True):
         if len(tuple(clip)) != 2:
             raise ValueError(f"clip must be (eps_low, eps_high), got {clip!r}")
         if not 0.0 <= token_sample_rate <= 1.0:
@@ -148,6 +155,7 @@ class Collector:
         self._rows = RowBuffer(self.writer, self.rank, self.token_sample_rate, flush_every, self.flush_every_s)
         pg = (None, True) if process_group is True else (process_group, process_group is not None)
         self._steps = StepEngine(self.rank, self.bands, self._rows, self.guard, self.batch_s, pg, self._step_done)
+        self._steps.overlap = bool(overlap) and not pg[1]
         if monitor is not None:
             self.guard.run("monitor", monitor.bind, self)
 
@@ -207,32 +215,18 @@ class Collector:
     def record_step(self, step: int, metrics: Mapping[str, Any] | None = None) -> dict[str, float]:
         """Attach trainer metrics (success_rate, grad_norm, lr, ...) to ``step`` and finalise it: its raw step row
         is queued for writing and the monitor is evaluated. Returns the step's metrics (derived + user), or ``{}``
-        when ``batch_s`` lets the step wait for a batched statistics pass (``last_metrics`` has it after ``settle``)."""
+        when ``batch_s`` lets the step wait for a batched statistics pass, or ``overlap`` lets a step of device
+        tensors land during the next one (``last_metrics`` has it after ``settle``). Metrics may be device scalars:
+        they are read with the step's results, in the same wait."""
         if self._after_close("record_step", step):
             return {}
         metrics = dict(metrics or {})
         dev = {k: v.detach().reshape(-1)[:1].float() for k, v in metrics.items() if _on_device(v)}
-        if dev:  # device metrics (verl's loss metrics): one queued copy, read once the step's statistics are in
+        if dev:  # device metrics (verl's loss metrics): one queued copy, read when the step's results are
             copy = HostCopy(dev)
-            self.guard.run("record_step", self._steps.settle)
-            if self._steps.cur is not None:
-                self.guard.run("record_update", self._steps.compute_step, self._steps.cur)
-            metrics.update(copy.wait())
-        user = {}
-        for k, v in metrics.items():
-            try:
-                user[str(k)] = float(as_array(v, f"metrics[{k!r}]", np.float64).reshape(-1)[0]) \
-                    if not isinstance(v, (int, float)) else float(v)
-            except (TypeError, ValueError, IndexError):
-                raise ValueError(f"metrics[{k!r}] must be a number, got {type(v).__name__}") from None
-        try:
-            user = self._aliases(user)
-        except Exception as exc:  # noqa: BLE001 - a name lookup must never stop the step from being recorded
-            self.guard.warn_once("aliases", f"arldiag: metric name resolution failed ({exc!r}); names kept as logged")
-        if self._aliases.sources != self.manifest.get("score_sources"):  # a score column was just chosen: keep it
-            self.manifest["score_sources"] = dict(self._aliases.sources)
-            if self.rank == 0 and self.writer is not None:  # no store opened: its one warning was given at open
-                self.guard.run("run.json", self._loc.write_json, "run.json", self.manifest)
+            user: Any = lambda: self._user_metrics(dict(metrics, **copy.wait()))  # noqa: E731
+        else:
+            user = self._user_metrics(metrics)
         res = self.guard.run("record_step", self._steps.record_step, int(step), user)
         return res or {}
 
@@ -263,6 +257,26 @@ class Collector:
         if note is not None:  # the online advice fits the settings the action left (Monitor.note_action)
             self.guard.run("monitor", note, outcome)
 
+    def _user_metrics(self, metrics: Mapping[str, Any]) -> dict[str, float]:
+        """record_step's trainer metrics as floats under arldiag's names (aliases); a newly chosen score column is
+        kept in run.json."""
+        user = {}
+        for k, v in metrics.items():
+            try:
+                user[str(k)] = float(as_array(v, f"metrics[{k!r}]", np.float64).reshape(-1)[0]) \
+                    if not isinstance(v, (int, float)) else float(v)
+            except (TypeError, ValueError, IndexError):
+                raise ValueError(f"metrics[{k!r}] must be a number, got {type(v).__name__}") from None
+        try:
+            user = self._aliases(user)
+        except Exception as exc:  # noqa: BLE001 - a name lookup must never stop the step from being recorded
+            self.guard.warn_once("aliases", f"arldiag: metric name resolution failed ({exc!r}); names kept as logged")
+        if self._aliases.sources != self.manifest.get("score_sources"):  # a score column was just chosen: keep it
+            self.manifest["score_sources"] = dict(self._aliases.sources)
+            if self.rank == 0 and self.writer is not None:  # no store opened: its one warning was given at open
+                self.guard.run("run.json", self._loc.write_json, "run.json", self.manifest)
+        return user
+
     def settle(self) -> None:
         """Compute and finalise the steps that ``batch_s`` left pending (their rows, step rows and the monitor)."""
         self.guard.run("record_step", self._steps.settle)
@@ -279,6 +293,7 @@ class Collector:
         self.guard.run("record_step", self._steps.settle)
         if self._steps.cur is not None:
             self.guard.run("record_update", self._steps.compute_step, self._steps.cur)
+            self.guard.run("record_update", self._steps.land_step, self._steps.cur)
         if self.writer is not None:
             self.guard.run("flush", self._rows.release_held)
             self.guard.run("flush", self._rows.release_steps)

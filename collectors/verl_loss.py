@@ -174,6 +174,8 @@ class VerlLossRecorder:
         metrics = {k: _mean(v) for k, v in self._metrics.items() if v}
         self._metrics = {}
         self.collector.record_step(self.step, {k: v for k, v in metrics.items() if v is not None})
+        if self.stabilizer is not None:  # this step's result now (a step of GPU tensors lands during the next one)
+            self.collector.settle()
         res = getattr(getattr(self.collector, "monitor", None), "last_result", None)
         if self.stabilizer is not None and res is not None and res.step == self.step:
             self.collector.guard.run("auto-stabilize", self.stabilizer.on_result, res)
