@@ -187,7 +187,8 @@ class TorchBackend(Backend):
         if isinstance(x, t.Tensor):
             return x.to(self.device) if dtype is None else x.to(self.device, dtype=_TORCH_DT[np.dtype(dtype).name])
         a = np.asarray(x) if dtype is None else np.asarray(x, dtype=dtype)
-        return t.from_numpy(np.ascontiguousarray(a)).to(self.device)
+        # queued, not a blocking copy (which would wait for the device's queue); pageable memory is staged first
+        return t.from_numpy(np.ascontiguousarray(a)).to(self.device, non_blocking=True)
 
     def f64(self, x):
         return x.to(self._f64)

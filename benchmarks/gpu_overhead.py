@@ -9,6 +9,9 @@ with the loss as a device scalar. Arms: no hooks, Collector at the default token
 keeping all token rows (1.0); they alternate step by step in one process (order rotated each round), after a warm-up
 round; figures are medians. The step ends with ``torch.cuda.synchronize()`` (the trainer reading its loss).
 
+Arms also measured (``--arms``): all token rows without ``overlap`` (the host waits for the step's results at
+``record_step``) and with the statistics on the host (one copy of the inputs, then numpy).
+
 Per arm: median step, ratio to no hooks, host time inside the hook calls per step (wall and thread CPU), host
 synchronisations per step from the hooks (a counting round after the timed ones, not timed:
 ``torch.cuda.set_sync_debug_mode("warn")`` around each hook call, warnings captured, plus the collector's own
@@ -56,17 +59,20 @@ SHAPES = {
                   num_key_value_heads=1, head_dim=16, vocab_size=500, batch=16, prompt=8, response=24),
 }
 LABEL = {"0.6b": "Qwen3-0.6B shape", "1.7b": "Qwen3-1.7B shape", "small": "2 layers, 64 wide", "quick": "quick"}
-ARMS = ("none", "default", "all", "all_host")
+ARMS = ("none", "default", "all", "all_sync", "all_host")
 ARM_NAMES = {"default": "Collector, default sampling", "all": "Collector, all token rows",
+             "all_sync": "all token rows, no overlap (host waits at record_step)",
              "all_host": "all token rows, statistics on the host (numpy)"}
+WAITS = getattr(backends, "HOST_WAITS", [0])  # (absent before the one-copy design: then 0)
 MICRO = 8
 
 
 class Hooked:
     """One arm's collector and its counters: host time in hook calls, syncs when counting."""
 
-    def __init__(self, root: str | None, rate: float, stats_on: str = "device"):
-        self.col = None if root is None else arldiag.Collector(root, token_sample_rate=rate, flush_every_s=5.0)
+    def __init__(self, root: str | None, rate: float, stats_on: str = "device", overlap: bool = True):
+        kw = {} if overlap else {"overlap": False}
+        self.col = None if root is None else arldiag.Collector(root, token_sample_rate=rate, flush_every_s=5.0, **kw)
         if self.col is not None:
             self.col._steps.stats_on = stats_on
         self.wall = self.cpu = 0.0
@@ -80,13 +86,13 @@ class Hooked:
 
         t0, c0 = time.perf_counter(), time.thread_time()
         if self.count:
-            w0 = backends.HOST_WAITS[0]
+            w0 = WAITS[0]
             torch.cuda.set_sync_debug_mode("warn")
             with warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
                 out = getattr(self.col, name)(*args, **kw)
             torch.cuda.set_sync_debug_mode(0)
-            self.syncs += sum("synchroniz" in str(x.message) for x in w) + backends.HOST_WAITS[0] - w0
+            self.syncs += sum("synchroniz" in str(x.message) for x in w) + WAITS[0] - w0
         else:
             out = getattr(self.col, name)(*args, **kw)
         self.wall += time.perf_counter() - t0
@@ -168,10 +174,12 @@ def bench_shape(name: str, args, tmp: str) -> dict:
     shape = SHAPES[name]
     dev = args.device
     model, opt = build(shape, dev)
-    arms = {"none": Hooked(None, 0), "default": Hooked(f"{tmp}/{name}-default", 0.05),
-            "all": Hooked(f"{tmp}/{name}-all", 1.0)}
-    if name in args.host_arm.split(",") or args.quick:
-        arms["all_host"] = Hooked(f"{tmp}/{name}-all-host", 1.0, "host")
+    make = {"none": lambda: Hooked(None, 0), "default": lambda: Hooked(f"{tmp}/{name}-default", 0.05),
+            "all": lambda: Hooked(f"{tmp}/{name}-all", 1.0),
+            "all_sync": lambda: Hooked(f"{tmp}/{name}-all-sync", 1.0, overlap=False),
+            "all_host": lambda: Hooked(f"{tmp}/{name}-all-host", 1.0, "host", overlap=False)}
+    wanted = args.arms.split(",") if name in args.more_arms.split(",") or args.quick else ["none", "default", "all"]
+    arms = {a: make[a]() for a in ARMS if a in wanted or a == "none"}
     names = tuple(arms)
     steps = args.small_steps if name in ("small", "quick") else args.steps
     times: dict[str, list] = {a: [] for a in names}
@@ -275,10 +283,10 @@ def bench_trl(args, tmp: str) -> dict:
                      callbacks=[clock])
             if arm == "arldiag":
                 tr.arldiag_collector = collector_for(tr, f"{tmp}/trl-run-{rnd}")
-            w0 = backends.HOST_WAITS[0]
+            w0 = WAITS[0]
             tr.train()
             if arm == "arldiag":
-                waits.append((backends.HOST_WAITS[0] - w0) / args.trl_steps)
+                waits.append((WAITS[0] - w0) / args.trl_steps)
             res[arm].extend(clock.times[2:])  # the first steps warm up
     plain, arl = statistics.median(res["plain"]), statistics.median(res["arldiag"])
     return {"plain_ms": plain * 1e3, "arldiag_ms": arl * 1e3, "ratio": arl / plain, "steps": len(res["plain"]),
@@ -318,7 +326,7 @@ def bench_verl(args, tmp: str) -> dict:
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
             if count:
-                w0 = backends.HOST_WAITS[0]
+                w0 = WAITS[0]
                 torch.cuda.set_sync_debug_mode("warn")
                 wctx = warnings.catch_warnings(record=True)
                 w = wctx.__enter__()
@@ -337,7 +345,7 @@ def bench_verl(args, tmp: str) -> dict:
             if count:
                 wctx.__exit__(None, None, None)
                 torch.cuda.set_sync_debug_mode(0)
-                syncs.append(sum("synchroniz" in str(x.message) for x in w) + backends.HOST_WAITS[0] - w0)
+                syncs.append(sum("synchroniz" in str(x.message) for x in w) + WAITS[0] - w0)
             if dev == "cuda":
                 torch.cuda.synchronize()
             if 0 < rnd <= args.verl_steps:
@@ -385,8 +393,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--steps", type=int, default=5, help="timed rounds (one step per arm each) for 0.6b/1.7b")
     ap.add_argument("--small-steps", type=int, default=12, help="timed rounds for the small shape")
     ap.add_argument("--count-steps", type=int, default=2, help="untimed steps per arm counting host syncs")
-    ap.add_argument("--host-arm", default="small,0.6b",
-                    help="shapes that also run the arm with the statistics on the host (numpy after one copy)")
+    ap.add_argument("--more-arms", default="small,0.6b",
+                    help="shapes that run all of --arms (the others: none, default, all)")
+    ap.add_argument("--arms", default=",".join(ARMS), help="arms of the --more-arms shapes: " + ", ".join(ARMS))
     ap.add_argument("--trl-rounds", type=int, default=2)
     ap.add_argument("--trl-steps", type=int, default=8)
     ap.add_argument("--verl-steps", type=int, default=10)
