@@ -136,10 +136,8 @@ def _scalar(map, where, over: str, merge: str, scale: float) -> Callable[["Env"]
         return w if m is None else m if w is None else w & m
 
     if map is SIZE:
-        if where is not None or level is not None:
-            size = (lambda e: e.be.size(e.turn_ratio)) if over == "turn" else (lambda e: e.be.size(e.lp))
-            return lambda e: e.be.count(sel(e)) if (where is not None or level(e) is not None) else size(e)
-        return (lambda e: e.be.size(e.turn_ratio)) if over == "turn" else (lambda e: e.be.size(e.lp))
+        size = (lambda e: e.be.size(e.turn_ratio)) if over == "turn" else (lambda e: e.be.size(e.lp))
+        return lambda e: size(e) if where is None and level(e) is None else e.be.count(sel(e))
     if merge != "sum":
         return (lambda e: e.be.max(map(e), sel(e))) if merge == "max" else (lambda e: e.be.min(map(e), sel(e)))
 

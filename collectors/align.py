@@ -139,7 +139,7 @@ def _cat(ids: list):
         import torch
 
         dev = next(x.device for x in ids if is_torch(x))
-        return torch.cat([torch.as_tensor(x).to(dev) for x in ids])
+        return torch.cat([torch.as_tensor(x).to(dev, non_blocking=True) for x in ids])
     return np.concatenate(ids)
 
 
