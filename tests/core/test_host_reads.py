@@ -12,16 +12,24 @@ import pytest
 import arldiag
 from arldiag.backends import is_torch
 from arldiag.collectors import collector
+from gpu.device_inputs import feed, same_tables
 
 torch = pytest.importorskip("torch")
-READS = ("item", "cpu", "tolist", "numpy", "__bool__", "nonzero", "unique")
+READS = ("item", "cpu", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "nonzero", "unique")
+# indexing with a boolean tensor (x[mask], x[mask] = v) runs nonzero inside torch: on a GPU a host wait too
+INDEXING = ("__getitem__", "__setitem__")
+
+
+def _bool_index(idx) -> bool:
+    parts = idx if isinstance(idx, tuple) else (idx,)
+    return any(isinstance(p, torch.Tensor) and p.dtype == torch.bool for p in parts)
 
 
 @pytest.fixture
 def reads(monkeypatch):
     """Counts of the host-reading tensor methods, by name."""
     monkeypatch.setattr(collector, "_on_device", is_torch)
-    counts = dict.fromkeys(READS, 0)
+    counts = dict.fromkeys(READS + ("bool_index",), 0)
     for name in READS:
         orig = getattr(torch.Tensor, name)
 
@@ -29,6 +37,13 @@ def reads(monkeypatch):
             counts[_name] += 1
             return _orig(self, *a, **k)
         monkeypatch.setattr(torch.Tensor, name, counted)
+    for name in INDEXING:
+        orig = getattr(torch.Tensor, name)
+
+        def indexed(self, idx, *a, _orig=orig):
+            counts["bool_index"] += _bool_index(idx)
+            return _orig(self, idx, *a)
+        monkeypatch.setattr(torch.Tensor, name, indexed)
     return counts
 
 
@@ -48,7 +63,7 @@ def test_no_host_read_until_the_step_ends(reads, tmp_path):
             col.record_update(1, u, logp=t(lpo[r] + 0.1), logp_old=t(lpo[r]), advantages=t(rng.normal(size=8)),
                               response_mask=t(mask[r]), entropy=t(np.ones((8, T), np.float32)),
                               token_ids=t(ids[r]), sample_ids=t(sid[r]), defer=True)
-        assert reads == dict.fromkeys(READS, 0)   # nothing read back while the step is recorded
+        assert sum(reads.values()) == 0, reads   # nothing read back while the step is recorded
         col.record_step(1, {"loss": t(np.float32(0.5))})
         col.settle()   # the step's results land (with ``overlap`` they would during the next step)
         # the only reads are HostCopy's: its pinned buffers viewed as numpy, one per dtype, no per-tensor read
@@ -57,3 +72,16 @@ def test_no_host_read_until_the_step_ends(reads, tmp_path):
     assert run.sql("select count(*) from tokens").fetchall()[0][0] == int(mask.sum())
     assert run.sql("select count(*) from tokens where token_id_rollout = token_id").fetchall()[0][0] == int(mask.sum())
     assert run.sql("select loss from steps").fetchall()[0][0] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("rate", [1.0, 0.3])
+def test_device_path_stores_the_numpy_rows(monkeypatch, tmp_path, rate):
+    """The device path (masked statistics, one copy, sample ids looked up on the device, deferred rollouts,
+    overlap) stores the rows the numpy path stores; tests/gpu/test_cuda.py runs the same on CUDA."""
+    kw = dict(clip=(0.2, 0.28), seq_clip=(0.05, 0.06), token_sample_rate=rate, strict=True)
+    with arldiag.Collector(tmp_path / "np", **kw) as col:
+        feed(col, lambda x: x, 5)
+    monkeypatch.setattr(collector, "_on_device", is_torch)
+    with arldiag.Collector(tmp_path / "dev", **kw) as col:
+        feed(col, lambda x: torch.from_numpy(np.ascontiguousarray(x)), 5)
+    same_tables(tmp_path / "np", tmp_path / "dev")

@@ -14,35 +14,11 @@ import arldiag
 from arldiag import backends
 from arldiag.collectors.convert import as_device_array
 from arldiag.stats import Bands, UpdateInputs, compute_update
+from gpu.device_inputs import close, feed, inputs, same_tables
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.cuda
 BANDS = Bands(0.2, 0.28, 0.05, 0.06, 3.0, 0.1)
-
-
-def inputs(rng, B=24, T=40, bad=True):
-    """A padded batch with a sample without tokens, NaN log-probs, unknown rollout log-probs and token ids."""
-    mask = rng.random((B, T)) < 0.75
-    mask[3] = False
-    lpo = rng.normal(-1.5, 1.0, (B, T)).astype(np.float32)
-    lp = (lpo + rng.normal(0, 0.3, (B, T))).astype(np.float32)
-    if bad:
-        lp[rng.random((B, T)) < 0.03] = np.nan
-    roll = (lpo + rng.normal(0, 0.05, (B, T))).astype(np.float32)
-    roll[rng.random((B, T)) < 0.2] = np.nan
-    adv = rng.normal(0, 1, B).astype(np.float32)
-    adv[rng.random(B) < 0.2] = 0.0
-    return dict(logp=lp, logp_old=lpo, advantages=adv, mask=mask, logp_rollout=roll,
-                logp_ref=(lpo + rng.normal(0, 0.2, (B, T))).astype(np.float32),
-                entropy=rng.uniform(0, 3, (B, T)).astype(np.float32), turn_ids=rng.integers(0, 4, B),
-                token_ids=rng.integers(0, 50, (B, T)))
-
-
-def close(a, b, what):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    assert a.shape == b.shape, what
-    # float32 elementwise work on the GPU may round differently from numpy's in the last bit
-    np.testing.assert_allclose(b, a, rtol=2e-5, atol=2e-6, equal_nan=True, err_msg=what)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -79,49 +55,13 @@ def test_statistics_on_the_device_equal_the_numpy_path(device, dtype):
             close(ta[k], tb[k], f"tok.{k}")
 
 
-def feed(col, conv, rng_seed, steps=2, micro=3):
-    """A GRPO-like run: per step one rollout (token ids, rollout log-probs, rewards, groups), then ``micro``
-    deferred updates (the last one shorter: padding when stacked) with sample ids, as the TRL/verl hooks do."""
-    rng = np.random.default_rng(rng_seed)
-    B, T = 8 * micro, 16
-    for step in range(steps):
-        d = inputs(rng, B, T, bad=step == 1)
-        sid = np.arange(B) + 1000 * step
-        col.record_rollout(step, sample_ids=conv(sid), group_ids=conv(sid // 4), token_ids=conv(d["token_ids"]),
-                           response_mask=conv(d["mask"]), logp_rollout=conv(d["logp_rollout"]),
-                           rewards=conv(rng.random(B).astype(np.float32)))
-        for u in range(micro):
-            r = slice(8 * u, 8 * u + 8)
-            t = T if u < micro - 1 else T - 3
-            m = d["mask"][r, :t].copy()
-            col.record_update(step, u, logp=conv(d["logp"][r, :t]), logp_old=conv(d["logp_old"][r, :t]),
-                              advantages=conv(d["advantages"][r]), response_mask=conv(m),
-                              logp_ref=conv(d["logp_ref"][r, :t]), entropy=conv(d["entropy"][r, :t]),
-                              token_ids=conv(d["token_ids"][r, :t]), sample_ids=conv(sid[r]), defer=True)
-        col.record_step(step, {"lr": 1e-3, "loss": conv(np.array(0.5 + step, np.float32))})
-
-
-def table(run, name, order):
-    cols = "* exclude (run, time)" if name == "steps" else "* exclude (run)"
-    return run.sql(f"select {cols} from {name} order by {order}").df()
-
-
 @pytest.mark.parametrize("rate", [1.0, 0.3])
 def test_collector_on_device_tensors_stores_the_numpy_rows(device, tmp_path, rate):
     kw = dict(clip=(0.2, 0.28), seq_clip=(0.05, 0.06), token_sample_rate=rate, strict=True)
     for name, conv in (("np", lambda x: x), ("dev", lambda x: torch.from_numpy(np.ascontiguousarray(x)).to(device))):
         with arldiag.Collector(tmp_path / name, **kw) as col:
             feed(col, conv, 5)
-    runs = {n: arldiag.open_run(tmp_path / n) for n in ("np", "dev")}
-    for name, order in (("steps", "step"), ("sequences", "step, sample_id"), ("tokens", "step, sample_id, pos"),
-                        ("groups", "step, group_id")):
-        a, b = table(runs["np"], name, order), table(runs["dev"], name, order)
-        assert list(a.columns) == list(b.columns) and len(a) == len(b) > 0, name
-        for c in a.columns:
-            if a[c].dtype == object:
-                assert a[c].tolist() == b[c].tolist(), f"{name}.{c}"
-            else:
-                close(a[c].astype(float), b[c].astype(float), f"{name}.{c}")
+    same_tables(tmp_path / "np", tmp_path / "dev")
 
 
 def test_at_most_one_host_wait_per_step(device, tmp_path):
