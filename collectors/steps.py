@@ -242,8 +242,9 @@ class StepEngine:
                 for f in ("rollout_flat_logp", "rollout_flat_token_ids", "retok_extra") if getattr(inps[0], f) is not None})
             if len(idx) == 1 or not segmentable(inp.mask, inp.turn_ids):
                 for i in idx:  # one pass per pair
-                    dev = is_torch(preps[i].inp.mask)
-                    res = compute_update(preps[i].inp, self.bands, extra=preps[i].device_ids, wait=not (later and dev))
+                    # device tensors: the pass's device ids come back with its results, which may stay in flight
+                    kw = dict(extra=preps[i].device_ids, wait=not later) if is_torch(preps[i].inp.mask) else {}
+                    res = compute_update(preps[i].inp, self.bands, **kw)
                     if not isinstance(res, UpdateStats):  # in flight: landed by drain
                         work[i][0].inflight.append((res, preps[i], work[i]))
                         continue
