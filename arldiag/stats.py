@@ -389,6 +389,24 @@ class UpdateStats:
         self._env, self.aggs, self.seq, self.turn = env, aggs, seq, turn
         self.seq_k3, self.nonempty, self.anomalous, self._tok = seq_k3, nonempty, anomalous, tok
 
+    def drop_rollout(self, added) -> None:
+        """Take out what rollout inputs ``added`` (UpdateInputs field names, e.g. "rollout_flat_logp") produced: a
+        device alignment adds them before it is known whether any row is in the rollout, and when none is, the host
+        path would not have given them (no column, no aggregate)."""
+        needs = {"rollout_flat_logp": "lp_roll", "rollout_flat_token_ids": "rid"}
+        gone = {needs[a] for a in added if a in needs}
+        if not gone:
+            return
+        self.aggs = {k: v for k, v in self.aggs.items() if not gone & set(AGGS[k].needs)}
+        for f in SEQ_COLUMNS.values():
+            if gone & set(f.needs):
+                self.seq.pop(f.name, None)
+                if self.turn is not None:
+                    self.turn.pop(f.name, None)
+        tok = {"lp_roll": "logp_rollout", "rid": "token_id_rollout"}
+        for g in gone:
+            self._tok[tok[g]] = None
+
     def token_rows(self, keep_rows: np.ndarray) -> dict[str, np.ndarray]:
         """Host token columns (rows, pos, turn, log_ratio, ...; None when not given) of the samples with
         ``keep_rows`` [B] True; only those rows are copied from the device."""

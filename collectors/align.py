@@ -83,7 +83,7 @@ class RolloutCache:
 class AlignedUpdate:
     """One step's updates, stacked and aligned with its rollout (align): the inputs with the rollout's log-probs and
     token ids per masked token, the sample ids, the update of each row, and the rollout's columns per row."""
-    __slots__ = ("step", "inp", "sid", "update", "sizes", "cols", "turn", "texts", "device_ids", "rollout")
+    __slots__ = ("step", "inp", "sid", "update", "sizes", "cols", "turn", "texts", "device_ids", "rollout", "added")
 
     def __init__(self, step, inp, sid, update, sizes, cols, turn, texts):
         self.step, self.inp, self.sid, self.update, self.sizes = step, inp, sid, update, sizes
@@ -92,13 +92,17 @@ class AlignedUpdate:
         # the statistics' one copy (compute_update ``extra``), then ``resolve`` fills sid and cols
         self.device_ids: dict | None = None
         self.rollout: RolloutCache | None = None
+        self.added: tuple = ()   # the rollout inputs the device alignment added (before knowing any id matched)
 
-    def resolve(self, host: dict) -> None:
-        """The host side of an update aligned on a device: its sample ids and the rollout's columns per row."""
+    def resolve(self, host: dict) -> tuple:
+        """The host side of an update aligned on a device: its sample ids and the rollout's columns per row.
+        Returns the rollout inputs that were added although none of the rows is in the rollout (the host path
+        adds none then; UpdateStats.drop_rollout takes them out)."""
         self.sid = host["sid"].astype(np.int64, copy=False)
         j = host["j"].astype(np.int64, copy=False)
         self.cols = _rollout_columns(j, j >= 0, self.rollout)
         self.device_ids = self.rollout = None
+        return () if (j >= 0).any() else self.added
 
 
 def _missing(dtype: np.dtype):
@@ -163,7 +167,7 @@ def _align_device(step: int, inp: UpdateInputs, sid, update, sizes, rollout: Rol
         aligned = _rollout_tokens_device(inp, j, rollout)
         pr = AlignedUpdate(step, dataclasses.replace(inp, **aligned) if aligned else inp, None, update, sizes,
                            None, None, None)
-        pr.device_ids, pr.rollout = {"sid": sid, "j": j}, rollout
+        pr.device_ids, pr.rollout, pr.added = {"sid": sid, "j": j}, rollout, tuple(aligned)
         return pr
     j_h = rollout.lookup(sid)
     known = j_h >= 0

@@ -263,7 +263,7 @@ class StepEngine:
         """A pass's results on the host: the rows (with the sample ids and rollout columns of an update aligned on
         the device) and the step's aggregates."""
         if prep.device_ids is not None:
-            prep.resolve(res.extra)
+            res.drop_rollout(prep.resolve(res.extra))
         out = self.merge(pair, res.aggs, res.seq_k3[res.nonempty])
         self.rows.emit([prep], res)
         return out

@@ -85,3 +85,36 @@ def test_device_path_stores_the_numpy_rows(monkeypatch, tmp_path, rate):
     with arldiag.Collector(tmp_path / "dev", **kw) as col:
         feed(col, lambda x: torch.from_numpy(np.ascontiguousarray(x)), 5)
     same_tables(tmp_path / "np", tmp_path / "dev")
+
+
+def test_device_path_with_samples_the_rollout_does_not_know(monkeypatch, tmp_path):
+    """Sample ids on the device are looked up there, after the rollout's values were aligned: when none is in the
+    rollout, the stored rows are still the host path's (no rollout log-prob or mismatch column, no retokenization
+    aggregate)."""
+    rng = np.random.default_rng(2)
+    B, T = 8, 10
+    mask = rng.random((B, T)) < 0.8
+    lpo = rng.normal(-1, 0.5, (B, T)).astype(np.float32)
+    ids = rng.integers(0, 40, (B, T))
+
+    def record(col, conv):
+        col.record_rollout(0, sample_ids=np.arange(B), token_ids=conv(ids), response_mask=conv(mask),
+                           logp_rollout=conv(lpo))
+        col.record_update(0, 0, logp=conv(lpo + 0.1), logp_old=conv(lpo), advantages=conv(np.ones(B, np.float32)),
+                          response_mask=conv(mask), token_ids=conv(ids), sample_ids=conv(np.arange(B) + 100),
+                          defer=True)
+        col.record_step(0)
+
+    with arldiag.Collector(tmp_path / "np", token_sample_rate=1.0, strict=True) as col:
+        record(col, lambda x: x)
+    monkeypatch.setattr(collector, "_on_device", is_torch)
+    with arldiag.Collector(tmp_path / "dev", token_sample_rate=1.0, strict=True) as col:
+        record(col, lambda x: torch.from_numpy(np.ascontiguousarray(x)))
+    runs = [arldiag.open_run(tmp_path / n) for n in ("np", "dev")]
+    for name, order in (("steps", "step"), ("sequences", "sample_id"), ("tokens", "sample_id, pos")):
+        a, b = (r.sql(f"select * exclude (run{', time' if name == 'steps' else ''}) from {name} order by {order}").df()
+                for r in runs)
+        assert list(a.columns) == list(b.columns) and len(a) == len(b) > 0, name
+        for c in a.columns:
+            np.testing.assert_allclose(b[c].astype(float), a[c].astype(float), rtol=1e-6, atol=1e-6, equal_nan=True,
+                                       err_msg=f"{name}.{c}")
