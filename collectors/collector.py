@@ -362,8 +362,7 @@ def _rollout_args(sample_ids, group_ids, turn_ids, token_ids, response_mask, log
                   truncated, success, trajectory_ids, texts, conv=as_array):
     """record_rollout's arguments validated: sample ids [B], the per-sample columns, and the [B, T] mask, token ids
     and rollout log-probs (or None). ``conv``: as_device_array checks device tensors without reading them."""
-    as_array = conv  # noqa: N806 - the same checks, on the host or on the device
-    sid = as_array(sample_ids, "sample_ids", np.int64)
+    sid = conv(sample_ids, "sample_ids", np.int64)
     if sid.ndim != 1:
         raise ValueError(f"sample_ids must be 1-D [B], got shape {sid.shape}")
     B = sid.shape[0]
@@ -373,25 +372,25 @@ def _rollout_args(sample_ids, group_ids, turn_ids, token_ids, response_mask, log
                         ("truncated", truncated, np.bool_), ("success", success, np.bool_)):
         arg = {"group_id": "group_ids", "trajectory_id": "trajectory_ids", "reward": "rewards"}.get(nm, nm)
         if val is not None:
-            a = as_array(val, arg, dt)
+            a = conv(val, arg, dt)
             check_shape(arg, a, (B,), "sample_ids")
             per_sample[nm] = a
     turn = None
     if turn_ids is not None:
-        turn = as_array(turn_ids, "turn_ids", np.int64)
+        turn = conv(turn_ids, "turn_ids", np.int64)
         if turn.ndim == 1:
             check_shape("turn_ids", turn, (B,), "sample_ids")
             per_sample["turn"] = turn
     mask = tok = lpr = None
     if response_mask is not None:
-        mask = as_array(response_mask, "response_mask", np.bool_)
+        mask = conv(response_mask, "response_mask", np.bool_)
         if mask.ndim != 2 or mask.shape[0] != B:
             raise ValueError(f"response_mask must be [B, T] with B = len(sample_ids) = {B}, got {mask.shape}")
         for nm, val in (("token_ids", token_ids), ("logp_rollout", logp_rollout)):
             if val is not None:
-                check_shape(nm, as_array(val, nm, np.float32), mask.shape, "response_mask")
-        tok = None if token_ids is None else as_array(token_ids, "token_ids", np.int64)
-        lpr = None if logp_rollout is None else as_array(logp_rollout, "logp_rollout", np.float32)
+                check_shape(nm, val if is_torch(val) else as_array(val, nm), mask.shape, "response_mask")
+        tok = None if token_ids is None else conv(token_ids, "token_ids", np.int64)
+        lpr = None if logp_rollout is None else conv(logp_rollout, "logp_rollout", np.float32)
         if turn is not None and turn.ndim == 2:
             check_shape("turn_ids", turn, mask.shape, "response_mask")
     elif token_ids is not None or logp_rollout is not None:
