@@ -335,11 +335,13 @@ class HostCopy:
         self._groups = []   # (names, flat buffer of their values concatenated)
         for dt, keys in by_dt.items():
             flat = torch.cat([named[k].reshape(-1) for k in keys]) if len(keys) > 1 else named[keys[0]].reshape(-1)
-            if flat.device.type != "cpu":
+            if flat.device.type == "cuda":
                 buf = torch.empty(flat.shape, dtype=dt, pin_memory=True)
                 buf.copy_(flat, non_blocking=True)
                 flat = buf
                 self._event = torch.cuda.Event() if self._event is None else self._event
+            elif flat.device.type != "cpu":  # another accelerator: a plain copy per dtype (it waits)
+                flat = flat.cpu()
             self._groups.append((keys, flat))
         if self._event is not None:
             self._event.record()   # after every copy: one event covers them all (same stream)
