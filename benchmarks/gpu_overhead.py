@@ -60,7 +60,7 @@ SHAPES = {
 }
 LABEL = {"0.6b": "Qwen3-0.6B shape", "1.7b": "Qwen3-1.7B shape", "small": "2 layers, 64 wide", "quick": "quick"}
 ARMS = ("none", "default", "all", "all_sync", "all_host")
-ARM_NAMES = {"default": "Collector, default sampling", "all": "Collector, all token rows",
+ARM_NAMES = {"default": "Collector, default sampling, overlap", "all": "Collector, all token rows, overlap",
              "all_sync": "all token rows, no overlap (host waits at record_step)",
              "all_host": "all token rows, statistics on the host (numpy)"}
 WAITS = getattr(backends, "HOST_WAITS", [0])  # (absent before the one-copy design: then 0)
@@ -71,7 +71,7 @@ class Hooked:
     """One arm's collector and its counters: host time in hook calls, syncs when counting."""
 
     def __init__(self, root: str | None, rate: float, stats_on: str = "device", overlap: bool = True):
-        kw = {} if overlap else {"overlap": False}
+        kw = {"overlap": overlap}
         self.col = None if root is None else arldiag.Collector(root, token_sample_rate=rate, flush_every_s=5.0, **kw)
         if self.col is not None:
             self.col._steps.stats_on = stats_on

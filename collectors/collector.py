@@ -88,8 +88,9 @@ class Collector:
             results land on the host while the next step runs (at its first deferred update, whose work the GPU is
             busy with), so the host neither waits for them nor holds up the next step's kernels; ``record_step``
             then returns ``{}`` and ``last_metrics`` and the monitor see the step one step later (``settle()``
-            lands it now). False: the host waits once at ``record_step`` (benchmarks/gpu_overhead.py measures
-            both). Off with a process group (its reduction is a collective call per step).
+            lands it now). False (the default: the online monitor sees each step when it ends, so the alert floor's
+            "by the collapse + 3 points" holds on a GPU too): the host waits once at ``record_step``
+            (benchmarks/gpu_overhead.py measures both). Off with a process group (a collective call per step).
     """
 
     def __init__(self, root: str | os.PathLike, config: Mapping[str, Any] | None = None,
@@ -98,7 +99,7 @@ class Collector:
                  flush_every: int = 50, flush_every_s: float = 5.0, token_sample_rate: float = 0.05,
                  neg_adv_delta: float = 0.223, dual_clip_c: float | None = None, monitor: Any = None,
                  strict: bool = False, queue_size: int = 64, process_group: Any = None, batch_s: float = 0.0,
-                 overlap: bool = True):
+                 overlap: bool = False):
         if len(tuple(clip)) != 2:
             raise ValueError(f"clip must be (eps_low, eps_high), got {clip!r}")
         if not 0.0 <= token_sample_rate <= 1.0:
