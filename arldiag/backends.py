@@ -20,11 +20,20 @@ import numpy as np
 class Layout:
     """Row layout of the N flattened masked tokens of a ``[B, T]`` batch: ``rows`` [N] is sorted (row-major), so each
     sample's tokens are one contiguous segment; ``dense`` means every row holds exactly T tokens (packed batch),
-    where ``rows``/``pos`` are only built when something asks for them."""
+    where ``rows``/``pos`` are only built when something asks for them.
 
-    def __init__(self, be: "Backend", rows, pos, B: int, T: int, dense: bool):
+    ``valid`` [B * T] bool (torch on an accelerator only): the *masked* layout. Nothing is compacted: the token
+    arrays keep all B * T positions and every reduction takes the valid ones (``where``), because compacting (a
+    boolean index, ``nonzero``) makes the host wait for the device to learn N. ``rows``/``pos`` are then those of
+    the whole [B, T] grid."""
+
+    def __init__(self, be: "Backend", rows, pos, B: int, T: int, dense: bool, valid=None):
         self._be, self._rows, self._pos, self.B, self.T, self.dense = be, rows, pos, B, T, dense
-        self.n_row = be.full(B, T, np.int64) if dense else be.bincount(rows, None, B)   # [B] tokens per sample
+        self.valid = valid
+        if valid is not None:
+            self.n_row = valid.reshape(B, T).sum(1)                                      # [B] tokens per sample
+        else:
+            self.n_row = be.full(B, T, np.int64) if dense else be.bincount(rows, None, B)
         self.nonempty = self.n_row > 0
         self.starts = be.cumsum0(self.n_row)              # [B] segment starts
         self.inv_n = be.xp.where(self.nonempty, 1.0 / be.xp.clip(be.f64(self.n_row), 1, None), math.nan)
@@ -178,7 +187,8 @@ class TorchBackend(Backend):
         if isinstance(x, t.Tensor):
             return x.to(self.device) if dtype is None else x.to(self.device, dtype=_TORCH_DT[np.dtype(dtype).name])
         a = np.asarray(x) if dtype is None else np.asarray(x, dtype=dtype)
-        return t.from_numpy(np.ascontiguousarray(a)).to(self.device)
+        # queued, not a blocking copy (which would wait for the device's queue); pageable memory is staged first
+        return t.from_numpy(np.ascontiguousarray(a)).to(self.device, non_blocking=True)
 
     def f64(self, x):
         return x.to(self._f64)
@@ -252,12 +262,18 @@ class TorchBackend(Backend):
         return self.xp.where(m == math.inf, math.nan, m) if where is not None else m
 
     def rsum(self, lay: Layout, x):
+        if lay.valid is not None:
+            return self.xp.where(lay.valid, x, 0).reshape(lay.B, lay.T).sum(1, dtype=self._f64)
         if lay.dense:
             return x.reshape(lay.B, lay.T).sum(1, dtype=self._f64)
         out = self.xp.zeros(lay.B, dtype=self._f64, device=self.device)
         return out.index_add_(0, lay.rows, x.to(self._f64))
 
     def _rext(self, how, lay: Layout, x):
+        if lay.valid is not None:  # masked layout: a row without a valid token is NaN, as a compacted empty row
+            red = self.xp.where(lay.valid, x, -math.inf if how == "amax" else math.inf).reshape(lay.B, lay.T)
+            red = (red.amax(1) if how == "amax" else red.amin(1)).to(self._f64)
+            return self.xp.where(lay.nonempty, red, math.nan)
         if lay.dense:
             red = x.reshape(lay.B, lay.T)
             return (red.amax(1) if how == "amax" else red.amin(1)).to(self._f64)
@@ -294,6 +310,63 @@ class TorchBackend(Backend):
             vals.update(zip(lazy, host))
         return super().finish(vals, counts)
 
+
+class HostCopy:
+    """Device tensors on their way to host memory: one ``non_blocking`` copy per dtype into pinned (page-locked)
+    memory, all queued on the current stream behind the work that produces them, and one CUDA event after them.
+    ``wait()`` returns the numpy arrays; it blocks only if the event has not completed yet (``Event.query``), and
+    counts each such block in ``HOST_WAITS`` (benchmarks/gpu_overhead.py reads it).
+
+    Why: every ``.cpu()``, ``.item()``, boolean index or ``nonzero`` on a CUDA tensor makes the host wait for the
+    device; the collector used to do dozens per step. Queued copies to pinned memory return at once, so the
+    statistics of a step cost the host one wait (or none, when the GPU is already done). CPU tensors (tests) are
+    read in place."""
+
+    def __init__(self, named: dict):
+        import torch
+
+        names = [k for k, v in named.items() if v is not None]
+        self._shapes = {k: tuple(named[k].shape) for k in names}
+        self._host: dict | None = None
+        self._event = None
+        by_dt: dict = {}
+        for k in names:
+            by_dt.setdefault(named[k].dtype, []).append(k)
+        self._groups = []   # (names, flat buffer of their values concatenated)
+        for dt, keys in by_dt.items():
+            flat = torch.cat([named[k].reshape(-1) for k in keys]) if len(keys) > 1 else named[keys[0]].reshape(-1)
+            if flat.device.type == "cuda":
+                buf = torch.empty(flat.shape, dtype=dt, pin_memory=True)
+                buf.copy_(flat, non_blocking=True)
+                flat = buf
+                self._event = torch.cuda.Event() if self._event is None else self._event
+            elif flat.device.type != "cpu":  # another accelerator: a plain copy per dtype (it waits)
+                flat = flat.cpu()
+            self._groups.append((keys, flat))
+        if self._event is not None:
+            self._event.record()   # after every copy: one event covers them all (same stream)
+
+    def done(self) -> bool:
+        """Whether the copies have landed (no wait)."""
+        return self._event is None or self._event.query()
+
+    def wait(self) -> dict:
+        """The tensors as numpy arrays by name, views into the host buffers (one blocking wait at most)."""
+        if self._host is None:
+            if self._event is not None and not self._event.query():
+                HOST_WAITS[0] += 1
+                self._event.synchronize()
+            self._host = {}
+            for keys, buf in self._groups:
+                arr, o = buf.numpy(), 0
+                for k in keys:
+                    n = int(np.prod(self._shapes[k], dtype=np.int64))
+                    self._host[k] = arr[o:o + n].reshape(self._shapes[k])
+                    o += n
+        return self._host
+
+
+HOST_WAITS = [0]  # blocking waits of HostCopy.wait (the host waited for the device), since the process started
 
 _TORCH_DT: dict[str, Any] = {}
 

@@ -21,7 +21,7 @@ import numpy as np
 
 import pyarrow as pa
 
-from arldiag.backends import Backend, Layout, backend_for
+from arldiag.backends import Backend, HostCopy, Layout, backend_for
 from arldiag.schema import STEP_AGGS, STEPS_RAW
 
 LOG_RATIO_CLAMP = 20.0   # clamp lp - lp_old before exp (verl does the same)
@@ -125,19 +125,25 @@ def agg(name: str, map, where=None, over: str = "tok", needs=(), scale: float = 
 
 
 def _scalar(map, where, over: str, merge: str, scale: float) -> Callable[["Env"], Any]:
-    """The one-update evaluator of an aggregate, specialised once at registration (it runs ~60 times per update)."""
+    """The one-update evaluator of an aggregate, specialised once at registration (it runs ~60 times per update).
+    On the masked layout (Layout.valid) a token aggregate takes the valid tokens only, a turn aggregate the turn
+    rows that exist (``turn_valid``)."""
+    level = (lambda e: e.lay.valid) if over == "tok" else (lambda e: e.turn_valid) if over == "turn" else None
+
+    def sel(e):
+        w = None if where is None else where(e)
+        m = None if level is None else level(e)
+        return w if m is None else m if w is None else w & m
+
     if map is SIZE:
-        if where is not None:
-            return lambda e: e.be.count(where(e))
-        return (lambda e: e.be.size(e.turn_ratio)) if over == "turn" else (lambda e: e.be.size(e.lp))
+        size = (lambda e: e.be.size(e.turn_ratio)) if over == "turn" else (lambda e: e.be.size(e.lp))
+        return lambda e: size(e) if where is None and level(e) is None else e.be.count(sel(e))
     if merge != "sum":
-        if where is None:
-            return (lambda e: e.be.max(map(e))) if merge == "max" else (lambda e: e.be.min(map(e)))
-        return (lambda e: e.be.max(map(e), where(e))) if merge == "max" else (lambda e: e.be.min(map(e), where(e)))
+        return (lambda e: e.be.max(map(e), sel(e))) if merge == "max" else (lambda e: e.be.min(map(e), sel(e)))
 
     def total(e):
         be, x = e.be, map(e)
-        w = None if where is None else where(e)
+        w = sel(e)
         if type(x) is tuple:
             v = be.dot(x[0], x[1], w)
         elif x.dtype == be.bool_dtype:
@@ -376,13 +382,36 @@ class UpdateStats:
     aggs: raw step aggregates (Python numbers); seq: sequences-table columns ([B] numpy); turn: turns-table columns
     or None; seq_k3: [B] k3 KL sums; nonempty, anomalous: [B] bool."""
 
-    def __init__(self, env: Env, aggs, seq, turn, seq_k3, nonempty, anomalous, tok):
+    masked: tuple | None = None   # the masked layout's (valid [B * T] host bool, B, T): token values are on the host
+    extra: dict | None = None     # compute_update's ``extra`` tensors, on the host
+
+    def __init__(self, env: Env | None, aggs, seq, turn, seq_k3, nonempty, anomalous, tok):
         self._env, self.aggs, self.seq, self.turn = env, aggs, seq, turn
         self.seq_k3, self.nonempty, self.anomalous, self._tok = seq_k3, nonempty, anomalous, tok
+
+    def drop_rollout(self, added) -> None:
+        """Take out what rollout inputs ``added`` (UpdateInputs field names, e.g. "rollout_flat_logp") produced: a
+        device alignment adds them before it is known whether any row is in the rollout, and when none is, the host
+        path would not have given them (no column, no aggregate)."""
+        needs = {"rollout_flat_logp": "lp_roll", "rollout_flat_token_ids": "rid"}
+        gone = {needs[a] for a in added if a in needs}
+        if not gone:
+            return
+        self.aggs = {k: v for k, v in self.aggs.items() if not gone & set(AGGS[k].needs)}
+        for f in SEQ_COLUMNS.values():
+            if gone & set(f.needs):
+                self.seq.pop(f.name, None)
+                if self.turn is not None:
+                    self.turn.pop(f.name, None)
+        tok = {"lp_roll": "logp_rollout", "rid": "token_id_rollout"}
+        for g in gone:
+            self._tok[tok[g]] = None
 
     def token_rows(self, keep_rows: np.ndarray) -> dict[str, np.ndarray]:
         """Host token columns (rows, pos, turn, log_ratio, ...; None when not given) of the samples with
         ``keep_rows`` [B] True; only those rows are copied from the device."""
+        if self.masked is not None:
+            return _masked_token_rows(self._tok, *self.masked, keep_rows)
         be, lay, tok = self._env.be, self._env.lay, self._tok
         B, T = lay.B, lay.T
         if keep_rows.all():
@@ -402,6 +431,18 @@ class UpdateStats:
             out["turn"] = np.full(rows.size, -1, np.int16)
         out.update(rows=rows, pos=pos)
         return out
+
+
+def _masked_token_rows(tok: dict, valid: np.ndarray, B: int, T: int, keep_rows: np.ndarray) -> dict:
+    """token_rows of the masked layout, on the host: the valid tokens of the kept rows, row-major (the compacting
+    path's order)."""
+    idx = np.flatnonzero(valid.reshape(B, T) & np.asarray(keep_rows, bool)[:, None])   # [n] kept positions
+    rows = idx // T
+    out = {k: None if v is None else v[idx] for k, v in tok.items()}
+    if out["turn"] is None:
+        out["turn"] = np.full(rows.size, -1, np.int16)
+    out.update(rows=rows, pos=idx - rows * T)
+    return out
 
 
 def _token_inputs(inp: UpdateInputs, be, mask):
@@ -434,14 +475,7 @@ def _token_inputs(inp: UpdateInputs, be, mask):
            "rid": None if inp.rollout_flat_token_ids is None else be.asarray(inp.rollout_flat_token_ids),
            "turn_tok": gather(inp.turn_ids) if inp.turn_ids is not None and np.ndim(inp.turn_ids) == 2 else None}
 
-    # A token is "non-finite" when any given input is NaN/Inf there (a NaN rollout log-prob only means "not
-    # available"); it is excluded from every aggregate.
-    fin = xp.isfinite(raw["lp"]) & xp.isfinite(raw["lp_old"]) & xp.isfinite(raw["adv"])
-    for k in ("lp_ref", "ent"):
-        if raw[k] is not None:
-            fin &= xp.isfinite(raw[k])
-    if raw["lp_roll"] is not None:
-        fin &= ~xp.isinf(raw["lp_roll"])
+    fin = _finite(xp, raw)
     any_bad = bool(be.count(~fin))
     if any_bad and dense:
         rows, pos = be.dense_rows_pos(B, T)
@@ -452,8 +486,126 @@ def _token_inputs(inp: UpdateInputs, be, mask):
     return raw, rows, pos, dense and not any_bad, adv_b, adv_2d, n_bad_row
 
 
-def compute_update(inp: UpdateInputs, bands: Bands, segments: np.ndarray | None = None) -> UpdateStats:
+def _finite(xp, raw: dict):
+    """A token is "non-finite" when any given input is NaN/Inf there (a NaN rollout log-prob only means "not
+    available"); it is excluded from every aggregate."""
+    fin = xp.isfinite(raw["lp"]) & xp.isfinite(raw["lp_old"]) & xp.isfinite(raw["adv"])
+    for k in ("lp_ref", "ent"):
+        if raw[k] is not None:
+            fin &= xp.isfinite(raw[k])
+    if raw["lp_roll"] is not None:
+        fin &= ~xp.isinf(raw["lp_roll"])
+    return fin
+
+
+def masked_layout(be: Backend, inp: UpdateInputs) -> bool:
+    """Whether ``inp`` takes the masked layout (Layout.valid): torch tensors, unless the turn ids are per token
+    (their (row, turn) segments need ``torch.unique``, whose size the host must read: those take the compacting
+    path, with its host reads)."""
+    return be.name == "torch" and not (inp.turn_ids is not None and len(inp.turn_ids.shape) == 2)
+
+
+def _masked_inputs(inp: UpdateInputs, be, mask):
+    """The inputs of ``inp`` flattened to [B * T] without compacting: (raw values by short name, valid [B * T] =
+    masked and finite, advantages as given, whether they are per token, non-finite masked tokens per row [B])."""
+    B, T = mask.shape
+    m = be.flat(mask)                                                   # [B * T] the loss mask
+
+    def flat(x):
+        return None if x is None else be.flat(be.asarray(x))
+
+    adv_b = be.asarray(inp.advantages)
+    adv_2d = adv_b.ndim == 2
+    raw = {"lp": flat(inp.logp), "lp_old": flat(inp.logp_old), "adv": flat(adv_b) if adv_2d else be.repeat(adv_b, T),
+           "lp_ref": flat(inp.logp_ref), "ent": flat(inp.entropy), "tid": flat(inp.token_ids), "turn_tok": None,
+           "lp_roll": flat(inp.logp_rollout) if inp.rollout_flat_logp is None
+           else _spread(be, inp.rollout_flat_logp, m, math.nan, np.float32),
+           "rid": None if inp.rollout_flat_token_ids is None
+           else _spread(be, inp.rollout_flat_token_ids, m, -1, np.int64)}
+    fin = _finite(be.xp, raw)
+    valid = m & fin
+    n_bad_row = (m & ~fin).reshape(B, T).sum(1)                         # [B] int64
+    return raw, valid, adv_b, adv_2d, n_bad_row
+
+
+def _spread(be, x, m, fill, dtype):
+    """Rollout values per token as [B * T]: a [B, T] device tensor (collectors/align.py on a device) as is; a
+    host [N] array aligned to the masked tokens is scattered to their positions (a boolean index: a host read,
+    for callers that hand host arrays with device tensors)."""
+    if not isinstance(x, np.ndarray) and len(x.shape) == 2:
+        return be.flat(x)
+    out = be.full(m.shape[0], fill, dtype)
+    out[m] = be.asarray(x, dtype)
+    return out
+
+
+def _masked_results(e: Env, aggs: dict, seq: dict, turn, tok: dict, seq_turn, extra) -> "PendingStats":
+    """The results of the masked layout: every device value queued in one copy to the host (HostCopy)."""
+    be, lay = e.be, e.lay
+    lazy = [k for k, v in aggs.items() if not isinstance(v, (int, float))]
+    dev = {"aggs": be.xp.stack([aggs[k].to(be.xp.float64) for k in lazy]) if lazy else None,
+           "valid": lay.valid, "nonempty": lay.nonempty, "seq_k3": e.seq_k3,
+           "anomalous": (e.n_bad_row > 0) | e.nalis | e.nalis_delta,
+           "seq_turn": None if isinstance(seq_turn, np.ndarray) else seq_turn, "turn_valid": e.turn_valid}
+    dev.update(("seq." + k, v) for k, v in seq.items())
+    dev.update(("turn." + k, v) for k, v in (turn or {}).items())
+    dev.update(("tok." + k, v) for k, v in tok.items())
+    dev.update(("extra." + k, v) for k, v in (extra or {}).items())
+    return PendingStats(HostCopy(dev), {k: v for k, v in aggs.items() if k not in lazy}, lazy, list(seq),
+                        None if turn is None else list(turn), seq_turn if isinstance(seq_turn, np.ndarray) else None,
+                        [k for k, v in tok.items() if v is not None], lay.B, lay.T)
+
+
+class PendingStats:
+    """compute_update's results on their way to the host (``wait=False``): ``done()`` tells without waiting
+    whether the copy has landed, ``result()`` waits for it (at most once) and finishes on the host: aggregates as
+    Python numbers, columns in their stored dtypes, turn rows compacted."""
+
+    def __init__(self, copy: HostCopy, fixed: dict, lazy: list, seq: list, turn, seq_turn, tok: list, B: int, T: int):
+        self.copy, self.fixed, self.lazy, self.seq, self.turn = copy, fixed, lazy, seq, turn
+        self.seq_turn, self.tok, self.B, self.T = seq_turn, tok, B, T
+
+    def done(self) -> bool:
+        return self.copy.done()
+
+    def result(self) -> "UpdateStats":
+        h = self.copy.wait()
+        vals = dict(self.fixed)
+        vals.update(zip(self.lazy, h["aggs"].tolist() if self.lazy else ()))
+        out = {k: (int(v) if k in _COUNTS else float(v)) for k, v in vals.items()}
+        if out.get("n_tok_mis", 1) == 0:   # no token has a rollout log-prob: no mismatch aggregates (``any_roll``)
+            out = {k: v for k, v in out.items() if "any_roll" not in AGGS[k].needs}
+        host = {k: h["seq." + k] for k in self.seq}
+        for k in ("n_tokens", "nonfinite", "retok_mismatch"):
+            host[k] = host[k].astype(np.int32)
+        host["turn"] = self.seq_turn if self.seq_turn is not None else h["seq_turn"].astype(np.int16)
+        tr = None
+        if self.turn is not None:
+            tv = h["turn_valid"]
+            tr = {k: h["turn." + k][tv] for k in self.turn}
+            tr["turn"] = tr["turn"].astype(np.int16)
+            tr["n_tokens"] = tr["n_tokens"].astype(np.int32)
+            if "retok_mismatch" in tr:
+                tr["retok_mismatch"] = tr["retok_mismatch"].astype(np.int32)
+        tok_h = {k: h.get("tok." + k) for k in _TOKEN_KEYS}
+        res = UpdateStats(None, out, host, tr, h["seq_k3"], h["nonempty"], h["anomalous"], tok_h)
+        res.masked = (h["valid"], self.B, self.T)
+        res.extra = {k[6:]: v for k, v in h.items() if k.startswith("extra.")}
+        return res
+
+
+_TOKEN_KEYS = ("turn", "log_ratio", "advantage", "logp", "logp_old", "logp_ref", "logp_rollout", "entropy",
+               "token_id", "token_id_rollout")
+
+
+def compute_update(inp: UpdateInputs, bands: Bands, segments: np.ndarray | None = None,
+                   extra: dict | None = None, wait: bool = True) -> Any:
     """Statistics of one update (see the module doc), on numpy or on the torch tensors' device.
+
+    On torch (the masked layout, ``masked_layout``) the device is never read until the end, where every result
+    leaves it in one queued copy (backends.HostCopy): one host wait per call. ``extra``: more device tensors to
+    bring back with that copy (the collector's sample ids and rollout rows), in ``UpdateStats.extra``.
+    ``wait=False`` (masked layout only): return the PendingStats without waiting for the copy.
 
     ``segments``: the rows of ``inp`` are several steps stacked, step ``i`` starting at row ``segments[i]`` (numpy
     input without turn ids, see ``segmentable``): ``aggs`` is then one dict per step (_segment_aggs); the rows are
@@ -461,11 +613,19 @@ def compute_update(inp: UpdateInputs, bands: Bands, segments: np.ndarray | None 
     be = backend_for(inp.logp, inp.mask)
     mask = be.asarray(inp.mask)
     B, T = mask.shape
-    raw, rows, pos, dense, adv_b, adv_2d, n_bad_row = _token_inputs(inp, be, mask)
-    lay = Layout(be, rows, pos, B, T, dense)
+    if masked_layout(be, inp):
+        raw, valid, adv_b, adv_2d, n_bad_row = _masked_inputs(inp, be, mask)
+        lay = Layout(be, None, None, B, T, False, valid)
+    else:
+        raw, rows, pos, dense, adv_b, adv_2d, n_bad_row = _token_inputs(inp, be, mask)
+        lay = Layout(be, rows, pos, B, T, dense)
     retok = None if inp.retok_extra is None else be.asarray(inp.retok_extra, np.int64)
-    env = Env(be, bands, lay, dict(raw, adv_b=adv_b, adv_2d=adv_2d, n_bad_row=n_bad_row, retok_extra=retok))
-    env._v["any_roll"] = True if raw["lp_roll"] is None else (bool(be.count(env.have_roll)) or None)
+    env = Env(be, bands, lay, dict(raw, adv_b=adv_b, adv_2d=adv_2d, n_bad_row=n_bad_row, retok_extra=retok,
+                                   turn_valid=None))
+    # whether any token has a rollout log-prob: on the masked layout that would be a host read, so the mismatch
+    # aggregates are computed and dropped on the host when their count is 0 (_host_results)
+    env._v["any_roll"] = True if raw["lp_roll"] is None or lay.valid is not None \
+        else (bool(be.count(env.have_roll)) or None)
     if segments is not None:
         starts = _check_segments(segments, inp, be, B)
 
@@ -484,11 +644,15 @@ def compute_update(inp: UpdateInputs, bands: Bands, segments: np.ndarray | None 
         given.update(k for k in ("turn_ratio", "multi_turn") if env._v.get(k) is not None)
         aggs.update((f.name, f.scalar(env)) for f in AGGS.values() if f.name not in aggs
                     and given.issuperset(f.needs))
-        aggs = be.finish(aggs, _COUNTS)
+        if lay.valid is None:
+            aggs = be.finish(aggs, _COUNTS)
 
     tok = {"turn": tok_turn, "log_ratio": env.log_ratio, "advantage": env.adv,
            "logp": env.lp, "logp_old": env.lp_old, "logp_ref": env.lp_ref, "logp_rollout": env.lp_roll,
            "entropy": env.ent, "token_id": env.tid, "token_id_rollout": env.rid}
+    if lay.valid is not None:
+        pending = _masked_results(env, aggs, seq, turn, tok, seq_turn, extra)
+        return pending.result() if wait else pending
     host = {k: be.host(v) for k, v in seq.items()}
     for k in ("n_tokens", "nonfinite", "retok_mismatch"):
         host[k] = host[k].astype(np.int32)
@@ -564,15 +728,22 @@ def _turns(e: Env, turn_ids, seq: dict):
     seq_turn = np.full(B, -1, np.int16)
     tok_turn = None
     turn = None
+    masked = lay.valid is not None
     if turn_ids is not None and np.ndim(turn_ids) == 1:
         st = be.asarray(turn_ids, np.int64)
-        seq_turn = be.host(st).astype(np.int16)
+        seq_turn = st if masked else be.host(st).astype(np.int16)
         tok_turn = st[lay.rows]
         ok = lay.nonempty
-        turn = {"row": be.nonzero(ok), "turn": st[ok], "n_tokens": lay.n_row[ok], "advantage": e.adv_seq[ok],
-                "turn_log_ratio": e.seq_lr[ok], "retok_mismatch": seq["retok_mismatch"][ok]}
+        # masked layout: every row, the rows with a turn marked (turn_valid) and compacted on the host
+        pick = (lambda v: v) if masked else (lambda v: v[ok])  # noqa: E731
+        turn = {"row": be.arange(B) if masked else be.nonzero(ok), "turn": pick(st), "n_tokens": pick(lay.n_row),
+                "advantage": pick(e.adv_seq), "turn_log_ratio": pick(e.seq_lr),
+                "retok_mismatch": pick(seq["retok_mismatch"])}
         if "mismatch_log_abs_max" in seq:
-            turn["mismatch_log_abs_max"] = seq["mismatch_log_abs_max"][ok]
+            turn["mismatch_log_abs_max"] = pick(seq["mismatch_log_abs_max"])
+        if masked:
+            e._v["turn_valid"] = ok
+            e.__dict__.pop("turn_valid", None)
     elif e.turn_tok is not None:
         tk = e.turn_tok
         tok_turn = tk
@@ -608,6 +779,9 @@ def _turns(e: Env, turn_ids, seq: dict):
         tr = xp.exp(turn["turn_log_ratio"])
         turn["turn_ratio"] = tr
         e._v["turn_ratio"] = tr
+        if masked:   # brought to the host with the other results (_masked_results)
+            seq["n_turns"], seq["turn_entropy"] = n_turns, turn_entropy
+            return turn, tok_turn, seq_turn
         turn = {k: be.host(v) for k, v in turn.items()}
         turn["turn"] = turn["turn"].astype(np.int16)
         turn["n_tokens"] = turn["n_tokens"].astype(np.int32)

@@ -8,10 +8,12 @@ reward, success, ...) become columns of the update's sequence rows, null for a s
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
 
+from arldiag.backends import is_torch
 from arldiag.collectors.convert import row_counts
 from arldiag.collectors.staging import stack
 from arldiag.stats import UpdateInputs
@@ -81,11 +83,26 @@ class RolloutCache:
 class AlignedUpdate:
     """One step's updates, stacked and aligned with its rollout (align): the inputs with the rollout's log-probs and
     token ids per masked token, the sample ids, the update of each row, and the rollout's columns per row."""
-    __slots__ = ("step", "inp", "sid", "update", "sizes", "cols", "turn", "texts")
+    __slots__ = ("step", "inp", "sid", "update", "sizes", "cols", "turn", "texts", "device_ids", "rollout", "added")
 
     def __init__(self, step, inp, sid, update, sizes, cols, turn, texts):
         self.step, self.inp, self.sid, self.update, self.sizes = step, inp, sid, update, sizes
         self.cols, self.turn, self.texts = cols, turn, texts
+        # sample ids on a device (TRL hands them so): {"sid": [B], "j": [B] cache index} brought to the host with
+        # the statistics' one copy (compute_update ``extra``), then ``resolve`` fills sid and cols
+        self.device_ids: dict | None = None
+        self.rollout: RolloutCache | None = None
+        self.added: tuple = ()   # the rollout inputs the device alignment added (before knowing any id matched)
+
+    def resolve(self, host: dict) -> tuple:
+        """The host side of an update aligned on a device: its sample ids and the rollout's columns per row.
+        Returns the rollout inputs that were added although none of the rows is in the rollout (the host path
+        adds none then; UpdateStats.drop_rollout takes them out)."""
+        self.sid = host["sid"].astype(np.int64, copy=False)
+        j = host["j"].astype(np.int64, copy=False)
+        self.cols = _rollout_columns(j, j >= 0, self.rollout)
+        self.device_ids = self.rollout = None
+        return () if (j >= 0).any() else self.added
 
 
 def _missing(dtype: np.dtype):
@@ -103,8 +120,10 @@ def align(step: int, batch: list[tuple[int, UpdateInputs, np.ndarray]], rollout:
     are not changed (they may be the trainer's own, or a staged copy shared with another pass)."""
     sizes = [b[1].mask.shape[0] for b in batch]
     inp = stack([b[1] for b in batch])
-    sid = batch[0][2] if len(batch) == 1 else np.concatenate([b[2] for b in batch])
+    sid = batch[0][2] if len(batch) == 1 else _cat([b[2] for b in batch])
     update = batch[0][0] if len(batch) == 1 else np.repeat(np.array([b[0] for b in batch], np.int32), sizes)
+    if is_torch(inp.mask):  # device tensors: aligned on the device, the host reads wait for the results' copy
+        return _align_device(step, inp, sid, update, sizes, rollout)
     j = rollout.lookup(sid)
     known = j >= 0
     aligned = _rollout_tokens(inp, j, known, rollout)
@@ -117,6 +136,85 @@ def align(step: int, batch: list[tuple[int, UpdateInputs, np.ndarray]], rollout:
         turn = np.where(known, rollout.cols["turn"][np.maximum(j, 0)], -1).astype(np.int16)
     texts = None if rollout.texts is None else [rollout.texts[i] if i >= 0 else None for i in j.tolist()]
     return AlignedUpdate(step, inp, sid, update, sizes, _rollout_columns(j, known, rollout), turn, texts)
+
+
+def _cat(ids: list):
+    if any(is_torch(x) for x in ids):
+        import torch
+
+        dev = next(x.device for x in ids if is_torch(x))
+        return torch.cat([torch.as_tensor(x).to(dev, non_blocking=True) for x in ids])
+    return np.concatenate(ids)
+
+
+def _align_device(step: int, inp: UpdateInputs, sid, update, sizes, rollout: RolloutCache) -> AlignedUpdate:
+    """``align`` for device tensors, without a host read: the rollout's log-probs and ids per token as [B, T] device
+    tensors (_rollout_tokens_device); sample ids given on the device are looked up there, and their rows' rollout
+    columns are filled after the statistics' copy (AlignedUpdate.resolve). Per-turn samples and texts take the
+    host lookup (one host read of the ids)."""
+    import torch
+
+    dev = inp.mask.device
+    if is_torch(sid) and ("turn" in rollout.cols or rollout.texts is not None):
+        sid = sid.cpu().numpy()
+    if is_torch(sid):
+        if rollout.ids.size:
+            ids = torch.from_numpy(rollout.ids).to(dev, non_blocking=True)
+            j = torch.searchsorted(ids, sid).clamp_(max=ids.numel() - 1)   # [B]
+            j = torch.where(ids[j] == sid, j, -1)
+        else:
+            j = torch.full(sid.shape, -1, dtype=torch.int64, device=dev)
+        aligned = _rollout_tokens_device(inp, j, rollout)
+        pr = AlignedUpdate(step, dataclasses.replace(inp, **aligned) if aligned else inp, None, update, sizes,
+                           None, None, None)
+        pr.device_ids, pr.rollout, pr.added = {"sid": sid, "j": j}, rollout, tuple(aligned)
+        return pr
+    j_h = rollout.lookup(sid)
+    known = j_h >= 0
+    aligned = _rollout_tokens_device(inp, torch.from_numpy(j_h).to(dev, non_blocking=True), rollout) \
+        if known.any() else {}
+    if inp.turn_ids is None and "turn" in rollout.cols and known.all():
+        aligned["turn_ids"] = rollout.cols["turn"][j_h]
+    if aligned:
+        inp = dataclasses.replace(inp, **aligned)
+    turn = None
+    if "turn" in rollout.cols:
+        turn = np.where(known, rollout.cols["turn"][np.maximum(j_h, 0)], -1).astype(np.int16)
+    texts = None if rollout.texts is None else [rollout.texts[i] if i >= 0 else None for i in j_h.tolist()]
+    return AlignedUpdate(step, inp, sid, update, sizes, _rollout_columns(j_h, known, rollout), turn, texts)
+
+
+def _rollout_tokens_device(inp: UpdateInputs, j, rollout: RolloutCache) -> dict[str, Any]:
+    """_rollout_tokens on the device: ``j`` [B] the cache index of each row (-1 unknown); the rollout values come
+    as [B, T] tensors (NaN / -1 where a token has none), which the statistics' masked layout takes as they are."""
+    import torch
+
+    if rollout.ids.size == 0 or (inp.logp_rollout is not None and inp.token_ids is None):
+        return {}
+    want_lp = inp.logp_rollout is None and not np.all(np.isnan(rollout.flat_logp))
+    want_id = inp.token_ids is not None and bool(np.any(rollout.flat_tok >= 0))
+    if not (want_lp or want_id):
+        return {}
+    dev = inp.mask.device
+
+    def up(a):
+        return torch.from_numpy(np.ascontiguousarray(a)).to(dev, non_blocking=True)
+
+    mask = inp.mask
+    known = j >= 0
+    jj = j.clamp(min=0)
+    n_u = mask.sum(1)                                                   # [B] tokens of the update
+    n_r = torch.where(known, up(rollout.lengths)[jj], -1)               # [B] tokens of the rollout
+    same = known & (n_u == n_r)
+    ok = same[:, None] & mask                                           # [B, T] tokens with a rollout value
+    src = torch.where(ok, up(rollout.offsets)[jj][:, None] + mask.cumsum(1) - 1, 0)
+    out: dict[str, Any] = {}
+    if want_lp:
+        out["rollout_flat_logp"] = torch.where(ok, up(rollout.flat_logp)[src], math.nan)
+    if want_id:
+        out["rollout_flat_token_ids"] = torch.where(ok, up(rollout.flat_tok)[src], -1)
+        out["retok_extra"] = torch.where(known & ~same, (n_u - n_r).abs(), -1)
+    return out
 
 
 def _rollout_tokens(inp: UpdateInputs, j: np.ndarray, known: np.ndarray, rollout: RolloutCache) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import numpy as np
 
 from arldiag import __version__
 from arldiag.aliases import OWN_OUTCOMES, LiveResolver
-from arldiag.backends import is_torch
+from arldiag.backends import HostCopy, is_torch
 from arldiag.collectors.arrow_rows import cached_schema, row_table as _row_table
 from arldiag.collectors.convert import as_array, as_device_array, check_shape
 from arldiag.collectors.guard import Guard
@@ -84,6 +84,13 @@ class Collector:
             calls) is shared. The rows and statistics are those of one pass per step; ``record_step`` then returns
             ``{}``, and ``last_metrics``, the monitor and ``should_stop`` see a step up to ``batch_s`` later
             (``settle()`` computes the pending steps now). The TRL drop-in uses 0.5 s; off with a process group.
+        overlap: device (CUDA) tensors: a step's statistics are queued on the device at ``record_step`` and their
+            results land on the host while the next step runs (at its first deferred update, whose work the GPU is
+            busy with), so the host neither waits for them nor holds up the next step's kernels; ``record_step``
+            then returns ``{}`` and ``last_metrics`` and the monitor see the step one step later (``settle()``
+            lands it now). False (the default: the online monitor sees each step when it ends, so the alert floor's
+            "by the collapse + 3 points" holds on a GPU too): the host waits once at ``record_step``
+            (benchmarks/gpu_overhead.py measures both). Off with a process group (a collective call per step).
     """
 
     def __init__(self, root: str | os.PathLike, config: Mapping[str, Any] | None = None,
@@ -91,7 +98,8 @@ class Collector:
                  name: str | None = None, algorithm: str | None = None, rank: int = 0, world_size: int = 1,
                  flush_every: int = 50, flush_every_s: float = 5.0, token_sample_rate: float = 0.05,
                  neg_adv_delta: float = 0.223, dual_clip_c: float | None = None, monitor: Any = None,
-                 strict: bool = False, queue_size: int = 64, process_group: Any = None, batch_s: float = 0.0):
+                 strict: bool = False, queue_size: int = 64, process_group: Any = None, batch_s: float = 0.0,
+                 overlap: bool = False):
         if len(tuple(clip)) != 2:
             raise ValueError(f"clip must be (eps_low, eps_high), got {clip!r}")
         if not 0.0 <= token_sample_rate <= 1.0:
@@ -148,6 +156,7 @@ class Collector:
         self._rows = RowBuffer(self.writer, self.rank, self.token_sample_rate, flush_every, self.flush_every_s)
         pg = (None, True) if process_group is True else (process_group, process_group is not None)
         self._steps = StepEngine(self.rank, self.bands, self._rows, self.guard, self.batch_s, pg, self._step_done)
+        self._steps.overlap = bool(overlap) and not pg[1]
         if monitor is not None:
             self.guard.run("monitor", monitor.bind, self)
 
@@ -158,10 +167,30 @@ class Collector:
         """Record what the rollout produced for ``step``: one entry per sample ([B]) or per token ([B, T])."""
         if self._after_close("record_rollout", step):
             return
+        args = dict(sample_ids=sample_ids, group_ids=group_ids, turn_ids=turn_ids, token_ids=token_ids,
+                    response_mask=response_mask, logp_rollout=logp_rollout, rewards=rewards,
+                    format_valid=format_valid, truncated=truncated, success=success, trajectory_ids=trajectory_ids)
+        if any(_on_device(v) for v in args.values()):
+            _rollout_args(**args, texts=texts, conv=as_device_array)  # a bad argument fails here, at the call
+            self.guard.run("record_rollout", self._defer_rollout, int(step), args, texts)
+            return
         sid, per_sample, mask, tok, lpr = _rollout_args(sample_ids, group_ids, turn_ids, token_ids, response_mask,
                                                         logp_rollout, rewards, format_valid, truncated, success,
                                                         trajectory_ids, texts)
         self.guard.run("record_rollout", self._steps.record_rollout, int(step), sid, per_sample, mask, tok, lpr, texts)
+
+    def _defer_rollout(self, step: int, args: dict, texts) -> None:
+        """A rollout handed as device tensors: their copy to the host is queued now (one HostCopy) and the rollout
+        is recorded when the step's statistics need it (StepEngine.resolve), by when the copy has landed: no host
+        wait here, where a ``.cpu()`` per tensor used to wait for the GPU each."""
+        dev = {k: as_device_array(v, k, _ROLLOUT_DTYPES[k]) for k, v in args.items() if _on_device(v)}
+        copy = HostCopy(dev)
+
+        def add(st) -> None:
+            host = dict(args, **copy.wait())
+            sid, per_sample, mask, tok, lpr = _rollout_args(**host, texts=texts)
+            self._steps.add_rollout(st, step, sid, per_sample, mask, tok, lpr, texts)
+        self._steps.defer_rollout(step, add)
 
     def record_update(self, step: int, update: int = 0, *, logp, logp_old, advantages, response_mask,
                       logp_ref=None, logp_rollout=None, entropy=None, sample_ids=None, turn_ids=None,
@@ -187,24 +216,18 @@ class Collector:
     def record_step(self, step: int, metrics: Mapping[str, Any] | None = None) -> dict[str, float]:
         """Attach trainer metrics (success_rate, grad_norm, lr, ...) to ``step`` and finalise it: its raw step row
         is queued for writing and the monitor is evaluated. Returns the step's metrics (derived + user), or ``{}``
-        when ``batch_s`` lets the step wait for a batched statistics pass (``last_metrics`` has it after ``settle``)."""
+        when ``batch_s`` lets the step wait for a batched statistics pass, or ``overlap`` lets a step of device
+        tensors land during the next one (``last_metrics`` has it after ``settle``). Metrics may be device scalars:
+        they are read with the step's results, in the same wait."""
         if self._after_close("record_step", step):
             return {}
-        user = {}
-        for k, v in (metrics or {}).items():
-            try:
-                user[str(k)] = float(as_array(v, f"metrics[{k!r}]", np.float64).reshape(-1)[0]) \
-                    if not isinstance(v, (int, float)) else float(v)
-            except (TypeError, ValueError, IndexError):
-                raise ValueError(f"metrics[{k!r}] must be a number, got {type(v).__name__}") from None
-        try:
-            user = self._aliases(user)
-        except Exception as exc:  # noqa: BLE001 - a name lookup must never stop the step from being recorded
-            self.guard.warn_once("aliases", f"arldiag: metric name resolution failed ({exc!r}); names kept as logged")
-        if self._aliases.sources != self.manifest.get("score_sources"):  # a score column was just chosen: keep it
-            self.manifest["score_sources"] = dict(self._aliases.sources)
-            if self.rank == 0 and self.writer is not None:  # no store opened: its one warning was given at open
-                self.guard.run("run.json", self._loc.write_json, "run.json", self.manifest)
+        metrics = dict(metrics or {})
+        dev = {k: v.detach().reshape(-1)[:1].float() for k, v in metrics.items() if _on_device(v)}
+        if dev:  # device metrics (verl's loss metrics): one queued copy, read when the step's results are
+            copy = HostCopy(dev)
+            user: Any = lambda: self._user_metrics(dict(metrics, **copy.wait()))  # noqa: E731
+        else:
+            user = self._user_metrics(metrics)
         res = self.guard.run("record_step", self._steps.record_step, int(step), user)
         return res or {}
 
@@ -235,6 +258,26 @@ class Collector:
         if note is not None:  # the online advice fits the settings the action left (Monitor.note_action)
             self.guard.run("monitor", note, outcome)
 
+    def _user_metrics(self, metrics: Mapping[str, Any]) -> dict[str, float]:
+        """record_step's trainer metrics as floats under arldiag's names (aliases); a newly chosen score column is
+        kept in run.json."""
+        user = {}
+        for k, v in metrics.items():
+            try:
+                user[str(k)] = float(as_array(v, f"metrics[{k!r}]", np.float64).reshape(-1)[0]) \
+                    if not isinstance(v, (int, float)) else float(v)
+            except (TypeError, ValueError, IndexError):
+                raise ValueError(f"metrics[{k!r}] must be a number, got {type(v).__name__}") from None
+        try:
+            user = self._aliases(user)
+        except Exception as exc:  # noqa: BLE001 - a name lookup must never stop the step from being recorded
+            self.guard.warn_once("aliases", f"arldiag: metric name resolution failed ({exc!r}); names kept as logged")
+        if self._aliases.sources != self.manifest.get("score_sources"):  # a score column was just chosen: keep it
+            self.manifest["score_sources"] = dict(self._aliases.sources)
+            if self.rank == 0 and self.writer is not None:  # no store opened: its one warning was given at open
+                self.guard.run("run.json", self._loc.write_json, "run.json", self.manifest)
+        return user
+
     def settle(self) -> None:
         """Compute and finalise the steps that ``batch_s`` left pending (their rows, step rows and the monitor)."""
         self.guard.run("record_step", self._steps.settle)
@@ -251,6 +294,7 @@ class Collector:
         self.guard.run("record_step", self._steps.settle)
         if self._steps.cur is not None:
             self.guard.run("record_update", self._steps.compute_step, self._steps.cur)
+            self.guard.run("record_update", self._steps.land_step, self._steps.cur)
         if self.writer is not None:
             self.guard.run("flush", self._rows.release_held)
             self.guard.run("flush", self._rows.release_steps)
@@ -305,11 +349,21 @@ class Collector:
         return True
 
 
+_ROLLOUT_DTYPES = {"sample_ids": np.int64, "group_ids": np.int64, "trajectory_ids": np.int64, "turn_ids": np.int64,
+                   "token_ids": np.int64, "response_mask": np.bool_, "logp_rollout": np.float32,
+                   "rewards": np.float64, "format_valid": np.bool_, "truncated": np.bool_, "success": np.bool_}
+
+
+def _on_device(x) -> bool:
+    """A torch tensor on an accelerator (reading it on the host would wait for the device)."""
+    return is_torch(x) and x.device.type != "cpu"
+
+
 def _rollout_args(sample_ids, group_ids, turn_ids, token_ids, response_mask, logp_rollout, rewards, format_valid,
-                  truncated, success, trajectory_ids, texts):
+                  truncated, success, trajectory_ids, texts, conv=as_array):
     """record_rollout's arguments validated: sample ids [B], the per-sample columns, and the [B, T] mask, token ids
-    and rollout log-probs (or None)."""
-    sid = as_array(sample_ids, "sample_ids", np.int64)
+    and rollout log-probs (or None). ``conv``: as_device_array checks device tensors without reading them."""
+    sid = conv(sample_ids, "sample_ids", np.int64)
     if sid.ndim != 1:
         raise ValueError(f"sample_ids must be 1-D [B], got shape {sid.shape}")
     B = sid.shape[0]
@@ -319,25 +373,25 @@ def _rollout_args(sample_ids, group_ids, turn_ids, token_ids, response_mask, log
                         ("truncated", truncated, np.bool_), ("success", success, np.bool_)):
         arg = {"group_id": "group_ids", "trajectory_id": "trajectory_ids", "reward": "rewards"}.get(nm, nm)
         if val is not None:
-            a = as_array(val, arg, dt)
+            a = conv(val, arg, dt)
             check_shape(arg, a, (B,), "sample_ids")
             per_sample[nm] = a
     turn = None
     if turn_ids is not None:
-        turn = as_array(turn_ids, "turn_ids", np.int64)
+        turn = conv(turn_ids, "turn_ids", np.int64)
         if turn.ndim == 1:
             check_shape("turn_ids", turn, (B,), "sample_ids")
             per_sample["turn"] = turn
     mask = tok = lpr = None
     if response_mask is not None:
-        mask = as_array(response_mask, "response_mask", np.bool_)
+        mask = conv(response_mask, "response_mask", np.bool_)
         if mask.ndim != 2 or mask.shape[0] != B:
             raise ValueError(f"response_mask must be [B, T] with B = len(sample_ids) = {B}, got {mask.shape}")
         for nm, val in (("token_ids", token_ids), ("logp_rollout", logp_rollout)):
             if val is not None:
-                check_shape(nm, as_array(val, nm), mask.shape, "response_mask")
-        tok = None if token_ids is None else as_array(token_ids, "token_ids", np.int64)
-        lpr = None if logp_rollout is None else as_array(logp_rollout, "logp_rollout", np.float32)
+                check_shape(nm, val if is_torch(val) else as_array(val, nm), mask.shape, "response_mask")
+        tok = None if token_ids is None else conv(token_ids, "token_ids", np.int64)
+        lpr = None if logp_rollout is None else conv(logp_rollout, "logp_rollout", np.float32)
         if turn is not None and turn.ndim == 2:
             check_shape("turn_ids", turn, mask.shape, "response_mask")
     elif token_ids is not None or logp_rollout is not None:
@@ -353,7 +407,7 @@ def _update_args(logp, logp_old, advantages, response_mask, logp_ref, logp_rollo
     # accelerator tensors stay on their device: the statistics run there (arldiag/backends.py), no copy to the
     # host; CPU tensors become numpy views (no copy), on which the same statistics cost 2-3x less CPU time than
     # torch's per-op dispatch (benchmarks/integration_overhead.py)
-    conv = as_device_array if is_torch(logp) and logp.device.type != "cpu" else as_array
+    conv = as_device_array if _on_device(logp) else as_array
     mask = conv(response_mask, "response_mask", np.bool_)
     if mask.ndim != 2:
         raise ValueError(f"response_mask must be 2-D [B, T], got shape {mask.shape}")
@@ -382,8 +436,9 @@ def _update_args(logp, logp_old, advantages, response_mask, logp_ref, logp_rollo
             raise ValueError(f"turn_ids must be [B] = ({B},) or [B, T] = {mask.shape}, got {turn.shape}")
     sid = None
     if sample_ids is not None:
-        # ids stay on the host: [B] values, used for lookups and token sampling there (numpy)
-        sid = as_array(sample_ids, "sample_ids", np.int64)
+        # ids on a device stay there (read with the statistics' one copy, collectors/align.py); else numpy [B]
+        sid = as_device_array(sample_ids, "sample_ids", np.int64) if conv is as_device_array and \
+            _on_device(sample_ids) else as_array(sample_ids, "sample_ids", np.int64)
         check_shape("sample_ids", sid, (B,), "response_mask rows")
     inp = UpdateInputs(lp, lpo, adv, mask, opt.get("logp_ref"), opt.get("logp_rollout"), opt.get("entropy"),
                        turn, tid)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from arldiag.backends import is_torch
+from arldiag.backends import HostCopy, is_torch
 from arldiag.stats import UpdateInputs
 
 # the inputs a caller hands to record_update; the rollout_* / retok fields are filled later, on the stacked batch
@@ -32,6 +32,20 @@ def owned(inp: UpdateInputs) -> UpdateInputs:
     """A copy of the caller's inputs: a trainer may write into its buffers again before the step ends (CPU arrays
     are zero-copy views of its tensors, device tensors are its own)."""
     return UpdateInputs(**{f: None if getattr(inp, f) is None else _copy(getattr(inp, f)) for f in _CALLER_FIELDS})
+
+
+def on_host(staged: list[tuple[int, UpdateInputs, Any]]) -> list[tuple[int, UpdateInputs, Any]]:
+    """Staged updates (update, inputs, sample ids) with their device tensors brought to the host in one copy
+    (backends.HostCopy), for the statistics to run in numpy: the alternative to running them on the device
+    (StepEngine.stats_on = "host"), which benchmarks/gpu_overhead.py measures against it."""
+    named = {}
+    for i, (_, inp, sid) in enumerate(staged):
+        named.update((f"{i}.{f}", getattr(inp, f)) for f in _CALLER_FIELDS if is_torch(getattr(inp, f)))
+        if is_torch(sid):
+            named[f"{i}.sid"] = sid
+    host = HostCopy(named).wait()
+    return [(u, UpdateInputs(**{f: host.get(f"{i}.{f}", getattr(inp, f)) for f in _CALLER_FIELDS}),
+             host.get(f"{i}.sid", sid)) for i, (u, inp, sid) in enumerate(staged)]
 
 
 def signature(inp: UpdateInputs) -> tuple:

@@ -14,14 +14,15 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from arldiag.backends import is_torch
 from arldiag.collectors.align import RolloutCache, align
 from arldiag.collectors.distributed import reduce_step_aggs
 from arldiag.collectors.guard import Guard
 from arldiag.collectors.rollout_stats import ROLLOUT_AGGS, RolloutCall, rollout_stats
 from arldiag.collectors.rows import RowBuffer
-from arldiag.collectors.staging import owned, signature, stack
+from arldiag.collectors.staging import on_host, owned, signature, stack
 from arldiag.schema import STEP_AGGS, USER_METRIC_PREFIX, derive_step_metrics
-from arldiag.stats import AGGS, Bands, UpdateInputs, compute_update, segmentable, top_share
+from arldiag.stats import AGGS, Bands, UpdateInputs, UpdateStats, compute_update, segmentable, top_share
 
 _MERGE = {a.name: a.merge for a in STEP_AGGS}
 BATCH_STEPS = 32  # at most this many finished steps share one statistics pass (batch_s)
@@ -74,7 +75,8 @@ class StepState:
     """What a step gathered: raw aggregates, update indices, per-sequence k3 sums, trainer metrics, deferred
     updates (``record_update(defer=True)``: (update, inputs, sample ids)), the rollout cache and the rollout calls
     not computed yet (batch_s); ``time``: when it was finalised (its step row)."""
-    __slots__ = ("step", "aggs", "updates", "seq_k3", "user", "staged", "rollout", "rolls", "time")
+    __slots__ = ("step", "aggs", "updates", "seq_k3", "user", "staged", "rollout", "rolls", "time", "deferred",
+                 "inflight")
 
     def __init__(self, step: int):
         self.step = step
@@ -86,6 +88,12 @@ class StepState:
         self.rollout = RolloutCache()
         self.rolls: list[RolloutCall] = []
         self.time = 0
+        # rollouts handed as device tensors, on their way to the host (Collector._defer_rollout): each adds itself
+        # to the step (``fn(st)``) when the step's statistics need the rollout cache (StepEngine.resolve)
+        self.deferred: list[Callable[["StepState"], None]] = []
+        # device passes whose results are still on their way to the host (StepEngine.overlap): (PendingStats,
+        # AlignedUpdate, (step, its updates)) each, landed by StepEngine.drain
+        self.inflight: list[tuple] = []
 
 
 class StepEngine:
@@ -100,6 +108,13 @@ class StepEngine:
         self.on_step = on_step
         self.cur: StepState | None = None  # the step being recorded
         self.pending: list[StepState] = []  # finished steps whose statistics are not computed yet (batch_s)
+        # where the statistics of device tensors run: "device" (torch there, one copy of the results) or "host"
+        # (one copy of the inputs, then numpy); benchmarks/gpu_overhead.py measures both
+        self.stats_on = "device"
+        # device tensors: a finished step's results land on the host (rows, step row, monitor) while the next step
+        # runs (drain), instead of the host waiting for them at record_step (Collector ``overlap``)
+        self.overlap = False
+        self.inflight: list[StepState] = []   # finished steps with device passes in flight, oldest first
         self.pending_since = 0.0
 
     def enter(self, step: int) -> None:
@@ -112,6 +127,23 @@ class StepEngine:
         self.enter(step)
         st = self.cur
         self.compute_staged(st)  # deferred updates see the rollout cache as it was when they were recorded
+        self.add_rollout(st, step, sid, per_sample, mask, tok, lpr, texts)
+
+    def defer_rollout(self, step: int, add: Callable[[StepState], None]) -> None:
+        """A rollout whose tensors are still being copied to the host: ``add(st)`` records it when the step needs
+        it (resolve), so the copy costs the host no wait of its own."""
+        self.enter(step)
+        self.compute_staged(self.cur)  # updates recorded before it do not see it
+        self.cur.deferred.append(add)
+
+    def resolve(self, st: StepState) -> None:
+        """Add the step's deferred rollouts (in their order) to its cache."""
+        adds, st.deferred = st.deferred, []
+        for add in adds:
+            add(st)
+
+    def add_rollout(self, st: StepState, step, sid, per_sample, mask, tok, lpr, texts) -> None:
+        """The rollout cache and the rollout statistics of one record_rollout call (host arrays)."""
         B = sid.shape[0]
         lengths = mask.sum(axis=1).astype(np.int64) if mask is not None else np.zeros(B, np.int64)
         if mask is not None:
@@ -147,10 +179,14 @@ class StepEngine:
     def stage(self, step: int, update: int, inp: UpdateInputs, sid: np.ndarray | None) -> None:
         self.enter(step)
         sid = self.sample_ids(step, inp, sid)
-        self.cur.staged.append((update, owned(inp), np.array(sid)))
+        self.cur.staged.append((update, owned(inp), sid.clone() if is_torch(sid) else np.array(sid)))
+        # the trainer has queued this micro-batch's work on the device: a good time for the host to finish the
+        # last step (its copy has landed by now; nothing waits here if it has not)
+        self.drain(block=False)
 
     def compute_step(self, st: StepState) -> None:
         """What a step recorded but did not compute yet: its rollout calls and its deferred updates."""
+        self.resolve(st)
         rolls, st.rolls = st.rolls, []
         if rolls:
             self.rollout_calls(rolls, [st.aggs] * len(rolls))
@@ -159,9 +195,12 @@ class StepEngine:
     def compute_staged(self, st: StepState) -> None:
         """Compute the deferred updates of ``st``: one pass per group of updates that gave the same inputs (in
         practice one per step)."""
+        self.resolve(st)
         staged, st.staged = st.staged, []
         if not staged:
             return
+        if self.stats_on == "host" and any(is_torch(u[1].mask) for u in staged):
+            staged = on_host(staged)
         if "turn" in st.rollout.cols:  # per-turn samples take their turn ids per update (all rows known or none)
             batches = [[u] for u in staged]
         else:
@@ -169,7 +208,7 @@ class StepEngine:
             for u in staged:
                 by_sig.setdefault(signature(u[1]), []).append(u)
             batches = list(by_sig.values())
-        self.compute([(st, b) for b in batches])
+        self.compute([(st, b) for b in batches], later=self.overlap)
 
     @staticmethod
     def sample_ids(step: int, inp: UpdateInputs, sid: np.ndarray | None) -> np.ndarray:
@@ -182,18 +221,19 @@ class StepEngine:
         self.compute_staged(self.cur)  # rows keep the order of the calls
         return self.compute([(self.cur, [(update, inp, self.sample_ids(step, inp, sid))])])[0]
 
-    def compute(self, work: list[tuple[StepState, list]]) -> list[dict]:
+    def compute(self, work: list[tuple[StepState, list]], later: bool = False) -> list[dict]:
         """Statistics and rows of updates: (step, its updates) pairs, each pair's updates stacked
         (collectors/staging.py); pairs with alike inputs (same inputs given, same rollout columns) share one
         compute_update, split per pair (``segments``, stats._segment_aggs) when it can. Returns each pair's raw
-        aggregates."""
+        aggregates. ``later``: a device pass's results are left in flight (StepState.inflight; {} returned)."""
         preps = [align(st.step, batch, st.rollout) for st, batch in work]
         out: list[dict] = [{}] * len(work)
         groups: dict[tuple, list[int]] = {}
         for i, pr in enumerate(preps):
             inp = pr.inp
             key = (signature(inp), inp.rollout_flat_logp is None, inp.rollout_flat_token_ids is None,
-                   inp.retok_extra is None, tuple(pr.cols), pr.turn is None, pr.texts is None)
+                   inp.retok_extra is None, tuple(pr.cols or ()), pr.turn is None, pr.texts is None,
+                   i if is_torch(inp.mask) else -1)  # device pairs: one pass each (one host copy per pass)
             groups.setdefault(key, []).append(i)
         for idx in groups.values():
             inps = [preps[i].inp for i in idx]
@@ -202,9 +242,13 @@ class StepEngine:
                 for f in ("rollout_flat_logp", "rollout_flat_token_ids", "retok_extra") if getattr(inps[0], f) is not None})
             if len(idx) == 1 or not segmentable(inp.mask, inp.turn_ids):
                 for i in idx:  # one pass per pair
-                    res = compute_update(preps[i].inp, self.bands)
-                    out[i] = self.merge(work[i], res.aggs, res.seq_k3[res.nonempty])
-                    self.rows.emit([preps[i]], res)
+                    # device tensors: the pass's device ids come back with its results, which may stay in flight
+                    kw = dict(extra=preps[i].device_ids, wait=not later) if is_torch(preps[i].inp.mask) else {}
+                    res = compute_update(preps[i].inp, self.bands, **kw)
+                    if not isinstance(res, UpdateStats):  # in flight: landed by drain
+                        work[i][0].inflight.append((res, preps[i], work[i]))
+                        continue
+                    out[i] = self.land(res, preps[i], work[i])
                 continue
             sizes = [x.mask.shape[0] for x in inps]
             starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
@@ -214,6 +258,34 @@ class StepEngine:
                 out[i] = self.merge(work[i], a, k3[lo:lo + n][res.nonempty[lo:lo + n]])
             self.rows.emit([preps[i] for i in idx], res)
         return out
+
+    def land(self, res: UpdateStats, prep, pair: tuple[StepState, list]) -> dict:
+        """A pass's results on the host: the rows (with the sample ids and rollout columns of an update aligned on
+        the device) and the step's aggregates."""
+        if prep.device_ids is not None:
+            res.drop_rollout(prep.resolve(res.extra))
+        out = self.merge(pair, res.aggs, res.seq_k3[res.nonempty])
+        self.rows.emit([prep], res)
+        return out
+
+    def land_step(self, st: StepState) -> None:
+        """Land the passes of a step not finished yet (Collector.flush: its rows now)."""
+        items, st.inflight = st.inflight, []
+        for p, prep, pair in items:
+            self.land(p.result(), prep, pair)
+
+    def drain(self, block: bool) -> None:
+        """Finish the steps in flight, oldest first: land their passes and write their step rows (finish_step).
+        ``block=False`` stops at the first step whose copies have not landed (no host wait)."""
+        while self.inflight:
+            st = self.inflight[0]
+            if not block and not all(p.done() for p, _, _ in st.inflight):
+                return
+            self.inflight.pop(0)
+            items, st.inflight = st.inflight, []
+            for p, prep, pair in items:
+                self.guard.run("record_update", lambda: self.land(p.result(), prep, pair))
+            self.guard.run("record_step", self.finish_step, st)
 
     @staticmethod
     def merge(pair: tuple[StepState, list], aggs: dict, seq_k3: np.ndarray) -> dict:
@@ -233,6 +305,7 @@ class StepEngine:
         if st is None:
             return {}
         st.time = now_us()
+        self.guard.run("record_rollout", self.resolve, st)
         if self.batchable(st):
             if not self.pending:
                 self.pending_since = time.monotonic()
@@ -242,6 +315,9 @@ class StepEngine:
             return {}
         self.settle()  # earlier steps first
         self.guard.run("record_update", self.compute_step, st)
+        if st.inflight:  # its results land while the next step runs (drain)
+            self.inflight.append(st)
+            return {}
         return self.finish_step(st)
 
     def batchable(self, st: StepState) -> bool:
@@ -256,6 +332,7 @@ class StepEngine:
         return all(signature(u[1]) == sig for u in st.staged[1:])
 
     def settle(self) -> None:
+        self.drain(block=True)
         pend, self.pending = self.pending, []
         if not pend:
             return
@@ -281,7 +358,7 @@ class StepEngine:
         aggs["n_updates"] = len(st.updates)
         if st.seq_k3:
             aggs["kl_top_share"] = top_share(np.concatenate(st.seq_k3))
-        user = st.user
+        user = st.user() if callable(st.user) else st.user  # device metrics: read now (Collector.record_step)
         row = {"step": step, "rank": self.rank, "time": st.time}
         row.update({a.name: aggs.get(a.name) for a in STEP_AGGS})
         row.update({USER_METRIC_PREFIX + k: v for k, v in user.items()})

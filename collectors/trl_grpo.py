@@ -79,18 +79,21 @@ class ArldiagGRPOMixin:
         glob = torch.arange(first, first + n, dtype=torch.int64)
         # ids unique over the run: generation call in the high 32 bits, index in the global batch below
         sid = (call << 32) + glob
-        out[SAMPLE_ID_KEY] = sid.to(out["completion_ids"].device)
+        out[SAMPLE_ID_KEY] = sid.to(out["completion_ids"].device, non_blocking=True)  # queued: no host wait
         col.guard.run("trl rollout", self._arldiag_record_rollout, out, sid, glob, call)
         return out
 
     def _arldiag_record_rollout(self, out, sid, glob, call) -> None:
+        import torch
+
         rewards = None
         rpf = self._arldiag_rewards
         if rpf is not None:
-            w = self.reward_weights.to(rpf.device)
+            w = self.reward_weights.to(rpf.device, non_blocking=True)
             r = (rpf * w.unsqueeze(0)).nansum(dim=1)
-            r[rpf.isnan().all(dim=1)] = float("nan")  # TRL's "unscorable" rows
-            rewards = r[glob.to(r.device)] if r.shape[0] > glob.max() else None
+            # TRL's "unscorable" rows; torch.where, not a boolean index (a host wait on a GPU)
+            r = torch.where(rpf.isnan().all(dim=1), float("nan"), r)
+            rewards = r[glob.to(r.device, non_blocking=True)] if r.shape[0] > glob.max() else None
         mask = out["completion_mask"]
         if "tool_mask" in out:
             mask = mask * out["tool_mask"]

@@ -174,6 +174,8 @@ class VerlLossRecorder:
         metrics = {k: _mean(v) for k, v in self._metrics.items() if v}
         self._metrics = {}
         self.collector.record_step(self.step, {k: v for k, v in metrics.items() if v is not None})
+        if self.stabilizer is not None:  # this step's result now (a step of GPU tensors lands during the next one)
+            self.collector.settle()
         res = getattr(getattr(self.collector, "monitor", None), "last_result", None)
         if self.stabilizer is not None and res is not None and res.step == self.step:
             self.collector.guard.run("auto-stabilize", self.stabilizer.on_result, res)
@@ -186,18 +188,20 @@ class VerlLossRecorder:
                 self.collector.close()
 
 
-def _mean(values: list) -> float | None:
-    """Mean of a step's values (floats or one-element tensors, as verl's losses return them), one host read."""
+def _mean(values: list) -> Any:
+    """Mean of a step's values (floats or one-element tensors, as verl's losses return them): a float, or a 0-d
+    tensor on the values' device, which ``Collector.record_step`` reads with its other device values in one copy
+    (no host wait per metric)."""
     if all(isinstance(v, float) for v in values):
         return sum(values) / len(values)
     import torch
 
     dev = next(v.device for v in values if not isinstance(v, float))
     try:
-        return float(torch.stack([torch.as_tensor(v, device=dev).reshape(()).to(torch.float64)
-                                  for v in values]).mean())
+        mean = torch.stack([torch.as_tensor(v, device=dev).reshape(()).to(torch.float64) for v in values]).mean()
     except (RuntimeError, TypeError, ValueError):  # not scalars: not a metric arldiag can average
         return None
+    return mean if dev.type != "cpu" else float(mean)
 
 
 class VerlControls:
