@@ -127,6 +127,12 @@ def align(step: int, batch: list[tuple[int, UpdateInputs, np.ndarray]], rollout:
     j = rollout.lookup(sid)
     known = j >= 0
     aligned = _rollout_tokens(inp, j, known, rollout)
+    return _aligned(step, inp, aligned, sid, update, sizes, j, known, rollout)
+
+
+def _aligned(step: int, inp: UpdateInputs, aligned: dict, sid, update, sizes, j: np.ndarray, known: np.ndarray,
+             rollout: RolloutCache) -> AlignedUpdate:
+    """The update with the rollout's columns at host row indices ``j`` [B] (-1: not in the rollout) filled in."""
     if inp.turn_ids is None and "turn" in rollout.cols and known.all():
         aligned["turn_ids"] = rollout.cols["turn"][j]  # per-turn samples: the rollout said which turn each is
     if aligned:
@@ -173,15 +179,7 @@ def _align_device(step: int, inp: UpdateInputs, sid, update, sizes, rollout: Rol
     known = j_h >= 0
     aligned = _rollout_tokens_device(inp, torch.from_numpy(j_h).to(dev, non_blocking=True), rollout) \
         if known.any() else {}
-    if inp.turn_ids is None and "turn" in rollout.cols and known.all():
-        aligned["turn_ids"] = rollout.cols["turn"][j_h]
-    if aligned:
-        inp = dataclasses.replace(inp, **aligned)
-    turn = None
-    if "turn" in rollout.cols:
-        turn = np.where(known, rollout.cols["turn"][np.maximum(j_h, 0)], -1).astype(np.int16)
-    texts = None if rollout.texts is None else [rollout.texts[i] if i >= 0 else None for i in j_h.tolist()]
-    return AlignedUpdate(step, inp, sid, update, sizes, _rollout_columns(j_h, known, rollout), turn, texts)
+    return _aligned(step, inp, aligned, sid, update, sizes, j_h, known, rollout)
 
 
 def _rollout_tokens_device(inp: UpdateInputs, j, rollout: RolloutCache) -> dict[str, Any]:
