@@ -1,4 +1,5 @@
 """`python -m arldiag ...`: the same command line as the `arldiag` script (arldiag/cli.py)."""
 from arldiag.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # importing the module (pkgutil walks, the wheel's import check) runs nothing
+    raise SystemExit(main())
