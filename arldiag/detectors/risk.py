@@ -66,11 +66,9 @@ class RiskConfig:
     exit_points: int = _doc(1, "logged points below the exit threshold before leaving a state (at least; with "
                                "exit_steps, whichever asks more points)")
     corroborate: bool = _doc(False, "while the outcome is not weakening beyond its noise, one precursor family "
-                                   "alone opens at most a watch (until it has held its level, solo_warning_steps)")
-    solo_critical_steps: int = _doc(10, "optimizer steps one precursor family alone must stay critical to reach "
-                                        "critical while the outcome holds (with corroborate)")
-    solo_warning_steps: int = _doc(30, "optimizer steps one precursor family alone must stay at warning or above to "
-                                       "warn while the outcome holds (with corroborate; at least 2 logged points)")
+                                    "alone opens at most a watch (until it has held critical, solo_critical_steps)")
+    solo_critical_steps: int = _doc(10, "optimizer steps one precursor family alone must stay critical to warn while "
+                                        "the outcome holds (with corroborate; at least 2 logged points)")
 
     def at_interval(self, interval: int) -> "RiskConfig":
         """The same hysteresis for a run logged every ``interval`` optimizer steps: enter_steps, exit_steps,
@@ -81,8 +79,7 @@ class RiskConfig:
         rows = lambda k: max(1, math.ceil(k / interval))  # noqa: E731
         return dataclasses.replace(self, enter_steps=rows(self.enter_steps), exit_steps=rows(self.exit_steps),
                                    critical_steps=rows(self.critical_steps),
-                                   solo_critical_steps=rows(self.solo_critical_steps),
-                                   solo_warning_steps=rows(self.solo_warning_steps))
+                                   solo_critical_steps=rows(self.solo_critical_steps))
 
     def with_changes(self, changes: Mapping[str, object], shipped: "RiskConfig") -> "RiskConfig":
         """These settings with a user's ``changes`` applied, each relative to ``shipped`` (the settings the user's
@@ -111,7 +108,7 @@ class RiskConfig:
             raise ValueError(f"exit_steps must be >= 1, got {self.exit_steps}")
         if self.enter_steps < 1:
             raise ValueError(f"enter_steps must be >= 1, got {self.enter_steps}")
-        for k in ("critical_steps", "enter_points", "exit_points", "solo_critical_steps", "solo_warning_steps"):
+        for k in ("critical_steps", "enter_points", "exit_points", "solo_critical_steps"):
             if getattr(self, k) < 1:
                 raise ValueError(f"{k} must be >= 1, got {getattr(self, k)}")
         if not 0 <= self.exit_margin < min(self.enter):
@@ -210,17 +207,15 @@ ALWAYS_CORROBORATE = ("nonfinite",)  # a NaN in the update is the failure itself
 
 class Corroboration:
     """The gate (RiskConfig.corroborate): ``ceiling(levels, holding, lagging)`` is the highest state the step may
-    open. While the outcome holds (is not weakening beyond its noise: context.Outcome.weakening) and the firing
-    precursors form one family: 1 (watch), 2 once that family has stayed at warning or above for
-    ``solo_warning_steps``, 3 once it has stayed critical for ``solo_critical_steps`` (both in logged points after
-    ``at_interval``, and at least 2: one logged point is a spike, not a level held); 3 otherwise (a second family,
-    the outcome weakening, a lagging detector or a non-finite update). O(1) state: the consecutive points of each
-    family at warning and at critical."""
+    open: 1 (watch) while the outcome holds (is not weakening beyond its noise: context.Outcome.weakening) and the
+    firing precursors form one family that has not held its critical level for ``solo_critical_steps`` (in logged
+    points after ``at_interval``, and at least 2: one logged point is a spike, not a level held); 3 otherwise (a
+    second family, the outcome weakening, a lagging detector or a non-finite update). O(1) state: the consecutive
+    critical points of each family."""
 
     def __init__(self, cfg: RiskConfig) -> None:
         self.cfg = cfg
         self._critical: dict[str, int] = {}
-        self._warning: dict[str, int] = {}
 
     def ceiling(self, levels: Mapping[str, int], holding: bool, lagging: Iterable[str] = ()) -> int:
         fam: dict[str, int] = {}
@@ -229,15 +224,12 @@ class Corroboration:
                 f = FAMILIES.get(name, name)
                 fam[f] = max(fam.get(f, 0), int(lv))
         self._critical = {f: self._critical.get(f, 0) + 1 for f, lv in fam.items() if lv >= 3}
-        self._warning = {f: self._warning.get(f, 0) + 1 for f, lv in fam.items() if lv >= 2}
         if not self.cfg.corroborate or not holding or len(fam) != 1:
             return 3
         if any(n in ALWAYS_CORROBORATE or n in lagging for n, lv in levels.items() if lv):
             return 3
         (f,) = fam
-        if self._critical.get(f, 0) >= max(2, self.cfg.solo_critical_steps):
-            return 3
-        return 2 if self._warning.get(f, 0) >= max(2, self.cfg.solo_warning_steps) else 1
+        return 3 if self._critical.get(f, 0) >= max(2, self.cfg.solo_critical_steps) else 1
 
 
 class _Latch:

@@ -1,6 +1,6 @@
 """The false-alarm budget (docs/detectors.md "False-alarm budget"): a one-point spike of any size in any precursor
 metric opens at most a watch; one precursor family alone warns only while the outcome weakens, with a second family,
-or after it held its level for solo_warning_steps; the declared budget holds on the generated stable families."""
+or after it held critical for solo_critical_steps; the declared budget holds on the generated stable families."""
 from __future__ import annotations
 
 import numpy as np
@@ -42,16 +42,16 @@ def test_the_healthy_run_itself_is_quiet():
 
 
 def test_one_family_alone_waits_for_its_hold_time():
-    """The gate: one family at warning while the outcome holds opens warning only after solo_warning_steps points
-    (at least 2), at once with a second family or once the outcome weakens."""
-    cfg = RiskConfig(corroborate=True, solo_warning_steps=5, solo_critical_steps=8)
+    """The gate: one family while the outcome holds opens at most a watch until it has been critical for
+    solo_critical_steps points (at least 2); at once with a second family or once the outcome weakens."""
+    cfg = RiskConfig(corroborate=True, solo_critical_steps=4)
     g = Corroboration(cfg)
-    ceilings = [g.ceiling({"length_growth": 2}, holding=True) for _ in range(6)]
-    assert ceilings == [1, 1, 1, 1, 2, 2]
+    assert [g.ceiling({"length_growth": 2}, holding=True) for _ in range(6)] == [1] * 6  # warning held: still a watch
+    assert [g.ceiling({"length_growth": 3}, holding=True) for _ in range(5)] == [1, 1, 1, 3, 3]
     g = Corroboration(cfg)
     assert g.ceiling({"length_growth": 2, "kl_ref_drift": 2}, holding=True) == 3
     assert Corroboration(cfg).ceiling({"length_growth": 2}, holding=False) == 3
-    g = Corroboration(RiskConfig(corroborate=True, solo_warning_steps=1, solo_critical_steps=1))
+    g = Corroboration(RiskConfig(corroborate=True, solo_critical_steps=1))
     assert g.ceiling({"grad_norm_spike": 3}, holding=True) == 1  # one point is a spike, whatever the settings
     assert g.ceiling({"grad_norm_spike": 3}, holding=True) == 3
 
