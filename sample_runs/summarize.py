@@ -71,7 +71,7 @@ def summarize(run_dir: Path) -> dict:
                 wall_min=int(wall.group(1)) / 60 if wall else float("nan"),
                 # for the comparison tables (summaries/): the warm start, the always-on corrections, the curve
                 decline=decline, warm_start=cfg.get("warm_start"), nalis_delta=cfg.get("nalis_delta"),
-                # pinned numerics (`--reproducible`, run.json config.numerics): the row retrains bit for bit anywhere
+                # pinned numerics (`--reproducible`, run.json config.numerics): the row retrains bit for bit on a machine with the same fingerprint
                 pinned=bool((cfg.get("numerics") or {}).get("pinned")),
                 numerics=(cfg.get("numerics") or {}).get("fingerprint"),
                 opsm_delta=cfg.get("opsm_delta"), tis_cap=cfg.get("tis_cap"),
@@ -146,9 +146,11 @@ def pinned_line(rows: list[dict]) -> str:
                 "can end differently on another machine; read per-seed rows as one draw and the counts and medians "
                 "as the result).")
     if len(pinned) == n:
-        return f"Rows pinned: all {n} (`--reproducible`: the same bits on any x86-64 machine with the same torch)."
-    return (f"Rows pinned: {len(pinned)} of {n} ({', '.join(pinned)}: the same bits on any x86-64 machine with the "
-            "same torch); the others ran on their machine's own kernels, one draw per seed.")
+        return (f"Rows pinned: all {n} (`--reproducible`: the same bits on a machine with the same CPU vendor, torch, "
+                "transformers, numpy and glibc; elsewhere each row is one draw per seed).")
+    return (f"Rows pinned: {len(pinned)} of {n} ({', '.join(pinned)}: the same bits on a machine with the same CPU "
+            "vendor, torch, transformers, numpy and glibc); the others ran on their machine's own kernels. Elsewhere "
+            "every row is one draw per seed: read the counts and medians.")
 
 
 def fmt(x, spec=".2f"):

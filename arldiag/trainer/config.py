@@ -112,9 +112,17 @@ class TrainConfig:
     device: str = _f("cpu", "torch device (cpu, cuda, cuda:1, ...)")
     threads: int = _f(0, "torch CPU threads (0: torch's default); 1 lets two runs share a 2-core machine")
     reproducible: bool = _f(False, "pinned numerics (arldiag/trainer/numerics.py): one thread, torch's, MKL's and "
-                            "oneDNN's kernels held to the baseline x86-64 instruction set, deterministic algorithms; "
-                            "the same bits on any x86-64 machine, at a speed cost (docs/reference-trainer.md). The "
-                            "suite's runs use it; run.json records it (config.numerics)")
+                            "oneDNN's kernels held to the baseline x86-64 instruction set, deterministic algorithms, "
+                            "at a speed cost. Guarantees the same bits on a machine with the same CPU vendor and the "
+                            "same torch, transformers, numpy and glibc, whatever kernel level that CPU or the caller's "
+                            "environment would pick; not across CPU vendors or versions (an AMD retrain of an Intel "
+                            "run differed at step 0 by 1e-7), where a chaotic run agrees only in distribution over "
+                            "seeds (docs/reference-trainer.md, 'What pinned numerics guarantee'). run.json records it "
+                            "with a fingerprint of all of these (config.numerics); the suite's runs use it")
+    init_perturb: float = _f(0.0, "multiply every initial weight (after the warm start is loaded) by 1 + init_perturb x "
+                             "N(0, 1), the noise drawn from its own generator seeded by the run's seed: a relative "
+                             "perturbation of the size another machine's kernels leave in the last bits (1e-7: "
+                             "float32's unit roundoff is 6e-8), to test whether a run's outcome survives it; 0: off")
     init: str = _f("bc", "bc: behaviour-cloning warm start from solver trajectories (cached); scratch; or a checkpoint path")
     bc_episodes: int = _f(400, "solver episodes for behaviour cloning")
     bc_steps: int = _f(300, "behaviour-cloning optimizer steps")
@@ -198,6 +206,8 @@ class TrainConfig:
         if self.reproducible and (self.threads > 1 or self.device != "cpu"):
             raise ValueError(f"reproducible: pinned numerics run on one CPU thread, got threads={self.threads!r}, "
                              f"device={self.device!r}")
+        if not 0.0 <= self.init_perturb < 1.0:
+            raise ValueError(f"init_perturb must be in [0, 1), got {self.init_perturb!r}")
         if not 0.0 <= self.bc_noise <= 1.0:
             raise ValueError(f"bc_noise must be in [0, 1], got {self.bc_noise!r}")
         return self

@@ -35,7 +35,7 @@ from arldiag.trainer.bc import load_or_train_bc, solver_texts
 from arldiag.trainer.config import SEQUENCE_CLIP_ALGOS, TrainConfig
 from arldiag.trainer.envs import make_env
 from arldiag.trainer.losses import k3_kl, policy_loss
-from arldiag.trainer.policy import TokenCodec, build_policy, load_pretrained, window_logprobs
+from arldiag.trainer.policy import TokenCodec, build_policy, load_pretrained, perturb_weights, window_logprobs
 from arldiag.trainer.rollout import Episode, run_episodes, step_task_ids
 from arldiag.trainer.stabilize import TrainerControls
 
@@ -320,6 +320,7 @@ def train(cfg: TrainConfig, env_factory: Optional[Callable[[], Any]] = None, col
     max_turns = min(int(probe.max_turns), cfg.max_turns or int(probe.max_turns))
 
     model, codec, warm_start = setup_policy(cfg, env_factory, layout, max_turns, log)
+    perturb_weights(model, cfg.init_perturb, cfg.seed)  # a robustness test of the outcome (off by default)
     model.eval()  # no dropout: logp_old must equal the policy that sampled
     reference = copy.deepcopy(model).requires_grad_(False)
     sampler = LaggedSampler(model, cfg.rollout_dtype, cfg.rollout_lag)

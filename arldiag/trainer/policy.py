@@ -110,6 +110,19 @@ def build_policy(cfg: Any, vocabulary: Sequence[str], merge_corpus: Iterable[str
     return model.to(device=cfg.device, dtype=torch.float32), codec
 
 
+def perturb_weights(model: Any, rel: float, seed: int) -> None:
+    """In place: every parameter p becomes p * (1 + rel * z), z ~ N(0, 1) per element, drawn from a generator of its
+    own (seeded by ``seed``, so the global torch generator and the run's sampling are untouched). rel = 1e-7 is the
+    size of the last-bit differences other CPUs' kernels leave (float32's unit roundoff is 2^-24 = 6e-8)."""
+    if rel == 0.0:
+        return
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            z = torch.randn(p.shape, generator=gen, dtype=torch.float32).to(device=p.device, dtype=p.dtype)
+            p.add_(p * (rel * z))  # p * (1 + rel z), rounded once to p's own precision
+
+
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """Positions that skip left padding: 0 at each row's first real token, [B, T]."""
     return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)

@@ -1,4 +1,4 @@
-"""Pinned numerics (arldiag/trainer/numerics.py, issue 37): the settings override the machine's own, come before
+"""Pinned numerics (arldiag/trainer/numerics.py): the settings override the machine's own, come before
 torch loads (or the process re-executes / refuses), run.json records them with a fingerprint, and short training runs
 show it: unpinned runs under two ATEN_CPU_CAPABILITY values differ in their bits, pinned runs are bit-identical
 whatever ATEN_CPU_CAPABILITY the caller had."""
@@ -53,7 +53,9 @@ def test_activate_refuses_settings_written_after_torch_chose_its_kernels(monkeyp
 
 
 def test_record_fingerprints_the_setting_it_records() -> None:
+    import numpy
     import torch
+    import transformers
 
     rec = numerics.record(False)
     rest = {k: v for k, v in rec.items() if k != "fingerprint"}
@@ -61,6 +63,28 @@ def test_record_fingerprints_the_setting_it_records() -> None:
     assert rec["pinned"] is False and rec["torch"] == torch.__version__
     assert rec["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert set(rec["env"]) == set(numerics.PINNED_ENV)
+    # what else decides the bits: the packages' own version strings, the C library's own answer, the CPU's vendor
+    assert rec["versions"]["transformers"] == transformers.__version__
+    assert rec["versions"]["numpy"] == numpy.__version__
+    libc = os.confstr("CS_GNU_LIBC_VERSION") if "CS_GNU_LIBC_VERSION" in os.confstr_names else ""
+    assert rec["versions"]["glibc"] == (libc.split()[-1] if libc.startswith("glibc") else None)
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists() and "vendor_id" in cpuinfo.read_text():
+        assert rec["cpu_vendor"] in cpuinfo.read_text() and rec["cpu_vendor"] in ("GenuineIntel", "AuthenticAMD",
+                                                                                   "HygonGenuine", "CentaurHauls")
+
+
+def test_another_cpu_vendor_or_version_is_another_fingerprint(monkeypatch) -> None:
+    """An AMD EPYC retrain of a pinned Intel run differed at step 0: the vendor is part of what the fingerprint
+    promises, as are the versions (another glibc's expf, another transformers' op sequence)."""
+    mine = numerics.record(True)
+    monkeypatch.setattr(numerics, "cpu_vendor", lambda: "AuthenticAMD" if mine["cpu_vendor"] != "AuthenticAMD"
+                        else "GenuineIntel")
+    assert numerics.record(True)["fingerprint"] != mine["fingerprint"]
+    monkeypatch.undo()
+    assert numerics.record(True)["fingerprint"] == mine["fingerprint"]
+    monkeypatch.setattr(numerics, "_version", lambda name: "0.0")
+    assert numerics.record(True)["fingerprint"] != mine["fingerprint"]
 
 
 def test_reproducible_runs_on_one_cpu_thread() -> None:
@@ -134,3 +158,18 @@ def test_unpinned_runs_differ_by_kernel_level_and_pinned_runs_are_bit_identical(
     pinned = [_python(TRAIN.format(pinned=True), _caller_env(cap), tmp_path).split() for cap in ("avx2", None)]
     assert pinned[0][0] == pinned[1][0] == "DEFAULT"
     assert pinned[0] == pinned[1]
+
+
+# What the other kernel levels reachable on one machine would change, pinned: MKL held to SSE4.2 (MKL_CBWR=COMPATIBLE
+# ignores it), glibc's libm without FMA/AVX2 (GLIBC_TUNABLES, read at process start: this fresh process has it),
+# numpy without its AVX2/AVX-512 loops. benchmarks/numerics_ops.py measures the same op by op.
+OTHER_LEVELS = {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR",
+                "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2,-FMA,-AVX512F,-AVX512DQ,-AVX512BW,-AVX512VL,-FMA4"}
+
+
+@pytest.mark.slow
+def test_pinned_runs_ignore_the_mkl_libm_and_numpy_levels_of_the_machine(tmp_path) -> None:
+    plain = _python(TRAIN.format(pinned=True), _caller_env(None), tmp_path).split()
+    other = _python(TRAIN.format(pinned=True), {**_caller_env(None), **OTHER_LEVELS}, tmp_path).split()
+    assert plain[0] == other[0] == "DEFAULT"
+    assert plain == other
