@@ -62,13 +62,13 @@ def test_runs_logged_at_different_intervals(tmp_path):
 
 
 def test_the_closed_loop_twin_parts_at_the_loops_first_action():
-    """cispo_lag1_s78 and cispo_lag1_auto_s78 are the same pinned run until the closed loop acts (its actions
-    table: rollback, nalis_mask and lr_scale after step 109); they part at the first step the actions act on."""
-    plain, auto = arldiag.open_run(SAMPLES / "cispo_lag1_s78"), arldiag.open_run(SAMPLES / "cispo_lag1_auto_s78")
+    """The tour pair, cispo_lag1_lr4_s78 and its closed-loop twin, is the same pinned run until the loop acts (its
+    actions table: rollback, nalis_mask and lr_scale at step 13); they part at the first step the actions act on."""
+    plain, auto = arldiag.open_run(SAMPLES / "cispo_lag1_lr4_s78"), arldiag.open_run(SAMPLES / "cispo_lag1_lr4_auto_s78")
     acted = auto.df("select min(step) as s from actions")["s"].iloc[0]
     d = diff_runs(plain, auto)
     assert d.settings == [("config.auto_stabilize", None, "default")]
-    assert d.actions["cispo_lag1_auto_s78"][0][0] == acted and d.actions["cispo_lag1_s78"] == []
+    assert d.actions["cispo_lag1_lr4_auto_s78"][0][0] == acted and d.actions["cispo_lag1_lr4_s78"] == []
     assert d.first.step == acted + 1                    # an action acts from the next step on
     assert min(p.step for p in d.partings) == acted + 1
     assert "lr" in {p.metric for p in d.partings if p.step == acted + 1}   # the loop's lr_scale
@@ -76,7 +76,7 @@ def test_the_closed_loop_twin_parts_at_the_loops_first_action():
     # the token window: both runs have token rows; the plain run's negative-advantage low-IS tokens carry the KL
     lo, hi = d.token_window
     assert lo == d.first.step and hi == d.outcome_step - 1
-    t_plain, t_auto = d.tokens["cispo_lag1_s78"], d.tokens["cispo_lag1_auto_s78"]
+    t_plain, t_auto = d.tokens["cispo_lag1_lr4_s78"], d.tokens["cispo_lag1_lr4_auto_s78"]
     n = plain.df(f"select count(*) as n from tokens where step between {lo} and {hi} and sampled")["n"].iloc[0]
     assert t_plain["tokens"] == n and t_auto["tokens"] > 0
     assert t_plain["low_neg_kl_share"] > t_auto["low_neg_kl_share"]
@@ -95,11 +95,11 @@ def _token_share(run, lo, hi, clip_low):
 
 
 def test_token_window_statistics_match_an_independent_computation():
-    plain, auto = arldiag.open_run(SAMPLES / "cispo_lag1_s78"), arldiag.open_run(SAMPLES / "cispo_lag1_auto_s78")
+    plain, auto = arldiag.open_run(SAMPLES / "cispo_lag1_lr4_s78"), arldiag.open_run(SAMPLES / "cispo_lag1_lr4_auto_s78")
     d = diff_runs(plain, auto)
     share, kl = _token_share(plain, *d.token_window, plain.manifest["clip"][0])
-    assert d.tokens["cispo_lag1_s78"]["low_neg_share"] == pytest.approx(share)
-    assert d.tokens["cispo_lag1_s78"]["low_neg_kl_share"] == pytest.approx(kl)
+    assert d.tokens["cispo_lag1_lr4_s78"]["low_neg_share"] == pytest.approx(share)
+    assert d.tokens["cispo_lag1_lr4_s78"]["low_neg_kl_share"] == pytest.approx(kl)
 
 
 @needs_real
@@ -124,11 +124,11 @@ def test_the_closed_loop_pair_at_different_log_intervals(tmp_path):
     """The plain run logged every 5th step (exported to CSV, imported with `arldiag import csv`) against the twin
     logged every step: the grid is the plain run's, the twin's steps are averaged over each 5-step interval; they
     part within one interval of the loop's first action, never before it."""
-    plain = arldiag.open_run(SAMPLES / "cispo_lag1_s78")
+    plain = arldiag.open_run(SAMPLES / "cispo_lag1_lr4_s78")
     frame = plain.df("select * exclude (run, time) from steps where step % 5 = 0 order by step")
     frame.to_csv(tmp_path / "plain5.csv", index=False)
     assert main(["import", "csv", str(tmp_path / "plain5.csv"), "--out", str(tmp_path / "plain5")]) == 0
-    auto = arldiag.open_run(SAMPLES / "cispo_lag1_auto_s78")
+    auto = arldiag.open_run(SAMPLES / "cispo_lag1_lr4_auto_s78")
     acted = int(auto.df("select min(step) as s from actions")["s"].iloc[0])
     d = diff_runs(arldiag.open_run(tmp_path / "plain5"), auto)
     assert d.steps == (0, 195)                           # the coarse run's last logged step bounds it

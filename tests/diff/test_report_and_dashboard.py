@@ -65,10 +65,10 @@ def test_dashboard_marks_the_partings_on_the_shared_panels(tmp_path):
     from arldiag.dashboards.figures import PARTING_COLOR
     from arldiag.dashboards.source import RunSource
 
-    for n in ("cispo_lag1_s78", "cispo_lag1_auto_s78"):
+    for n in ("cispo_lag1_lr4_s78", "cispo_lag1_lr4_auto_s78"):
         shutil.copytree(SAMPLES / n, tmp_path / n)
     src = RunSource(tmp_path)
-    runs = ["cispo_lag1_s78", "cispo_lag1_auto_s78"]
+    runs = ["cispo_lag1_lr4_s78", "cispo_lag1_lr4_auto_s78"]
     fig, note = views_series.render_panels(src, runs, "overview")
     d = diff_runs(*(arldiag.open_run(tmp_path / n) for n in runs))
     by_metric = {p.metric: p.step for p in d.partings}
