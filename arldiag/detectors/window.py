@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -69,7 +69,7 @@ class Window:
         if buf is None or len(buf) < 3:
             return False
         a, b, c = buf[-3], buf[-2], buf[-1]
-        if not isolated_spike(a, b, c, self.series(col)):
+        if not isolated_spike(a, b, c, lambda: self.series(col)):
             return False
         buf[-2] = 0.5 * (a + c)
         self._cache.pop(col, None)
@@ -123,15 +123,16 @@ def slope(x: np.ndarray, n: int) -> float:
 SPIKE_GAP, SPIKE_Z = 4.0, 6.0
 
 
-def isolated_spike(a: float, b: float, c: float, x: np.ndarray) -> bool:
-    """b (between a and c) is a one-point spike of the series x: |b - (a + c) / 2| > SPIKE_GAP |a - c| and >
-    SPIKE_Z x robust_noise(x) (the median change is not moved by one spike). NaN anywhere: not a spike."""
+def isolated_spike(a: float, b: float, c: float, series: Callable[[], np.ndarray]) -> bool:
+    """b (between a and c) is a one-point spike of the series x = series(): |b - (a + c) / 2| > SPIKE_GAP |a - c| and
+    > SPIKE_Z x robust_noise(x) (the median change is not moved by one spike). NaN anywhere: not a spike. The series
+    is built only when the cheap gap test passes: the Evaluator asks this of every precursor column at every step."""
     if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
         return False
     d = abs(b - 0.5 * (a + c))
     if d <= SPIKE_GAP * abs(a - c):
         return False
-    s = robust_noise(x)
+    s = robust_noise(series())
     return math.isfinite(s) and d > SPIKE_Z * s
 
 
