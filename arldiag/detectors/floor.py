@@ -20,7 +20,8 @@ Two rules, as in label.run_events:
 * **outcome series** (label.series_events: success rate, format validity, eval success on its evaluation points):
   with the trailing mean m over ``window`` steps and its running peak P, the label at a needs every row from a on
   to be either a raw value below frac x P (the rows it moved back over) or a row of the lasting below-stretch (m
-  below frac x P), so at a + 3 the last four rows all are.
+  below frac x P), so at a + 3 the last four rows all are (eval success, whose label needs only 2 evaluations of
+  tail: the last 2, at a + 1).
 
 The floor is a detector (``collapse_floor``) whose warning is a floor of the alert state (Detector.floor): the
 Evaluator opens the warning at once, without the hysteresis's two points and without the corroboration gate, and
@@ -36,15 +37,15 @@ from arldiag.aliases import TASK_SCORE
 from arldiag.detectors.advice import Remedy
 from arldiag.detectors.base import Detector, Signal
 from arldiag.detectors.window import Window
-from arldiag.label import (EVAL_COLUMN, EVAL_WINDOW, FORMAT_COLUMNS, REWARD_COLUMN, SUCCESS_COLUMNS,
-                           EVAL_MIN_POINTS)
+from arldiag.label import (EVAL_COLUMN, EVAL_MIN_POINTS, EVAL_MIN_TAIL, EVAL_WINDOW, FORMAT_COLUMNS, REWARD_COLUMN,
+                           SUCCESS_COLUMNS)
 
 LEAD = 3             # logged points after the collapse point by which the floor holds (the label confirms at + 4)
 WARNING = 2          # the level the floor raises the alert state to (levels.LEVELS)
 # label.score_collapse_index's defaults (frac, keep, confirm, min_best) and label.series_events' (window, frac,
 # min_peak): the floor mirrors the rule the verdict reads, so it takes no settings of its own
 SCORE_FRAC, SCORE_KEEP, SCORE_CONFIRM, SCORE_MIN_BEST, SCORE_WIDTH = 1 / 3, 0.5, 5, 0.02, 5
-SERIES_WINDOW, SERIES_FRAC, SERIES_MIN_PEAK = 10, 0.5, 0.2
+SERIES_WINDOW, SERIES_FRAC, SERIES_MIN_PEAK, SERIES_MIN_TAIL = 10, 0.5, 0.2, 5
 
 
 class ScoreFloor:
@@ -122,10 +123,12 @@ class SeriesFloor:
     """Necessary conditions of label.series_events at a + LEAD, one row (or evaluation point) at a time: from a on,
     each row is either a raw value below frac x the running peak (the rows the label moved back over) or a row of
     the lasting below-stretch (the trailing mean below frac x its peak), so the last LEAD + 1 rows all are one or
-    the other."""
+    the other. A series whose label needs fewer rows (``min_tail``: 2 evaluations of eval success) can collapse with
+    fewer rows left in the run, so its floor holds after min(LEAD + 1, min_tail) such rows."""
 
-    def __init__(self, window: int) -> None:
+    def __init__(self, window: int, min_tail: int) -> None:
         self.window = window
+        self.need = min(LEAD + 1, min_tail)
         self.buf: deque[float] = deque(maxlen=window)
         self.i = 0
         self.peak = -math.inf
@@ -142,7 +145,7 @@ class SeriesFloor:
         below = armed and (not math.isfinite(m) or m < SERIES_FRAC * self.peak)
         raw = armed and math.isfinite(y) and y < SERIES_FRAC * self.peak
         self.low_rows = self.low_rows + 1 if below or raw else 0
-        return self.low_rows >= LEAD + 1
+        return self.low_rows >= self.need
 
 
 def _finite(v: float) -> bool:
@@ -160,10 +163,10 @@ def floor_rule(w: Window, state: dict, p) -> Signal | None:
         on[TASK_SCORE] = state.setdefault("score", ScoreFloor()).push(vals[TASK_SCORE])
     if _finite(vals[EVAL_COLUMN]):
         state["n_eval"] = state.get("n_eval", 0) + 1
-        on[EVAL_COLUMN] = state.setdefault("eval", SeriesFloor(EVAL_WINDOW)).push(vals[EVAL_COLUMN])
+        on[EVAL_COLUMN] = state.setdefault("eval", SeriesFloor(EVAL_WINDOW, EVAL_MIN_TAIL)).push(vals[EVAL_COLUMN])
     for col in SUCCESS_COLUMNS + (REWARD_COLUMN,) + FORMAT_COLUMNS:  # rows: a step without the value counts
         if col in seen:
-            on[col] = state.setdefault("series:" + col, SeriesFloor(SERIES_WINDOW)).push(vals[col])
+            on[col] = state.setdefault("series:" + col, SeriesFloor(SERIES_WINDOW, SERIES_MIN_TAIL)).push(vals[col])
     if TASK_SCORE in seen and not any(c in seen for c in SUCCESS_COLUMNS + (EVAL_COLUMN,)):
         # a run without a success flag of arldiag's own: the label reads the task score alone
         holds = [TASK_SCORE] if on.get(TASK_SCORE) else []

@@ -97,10 +97,22 @@ def test_score_floor_is_necessary_numpy(seed):
         assert on[t + LEAD]
     w = 10 if seed % 3 else 3
     t2, _ = series_events(np.clip(y, 0, None) / max(np.max(np.abs(y)), 1e-9), w, 0.5, 0.2, 5 if w == 10 else 2)
-    g = SeriesFloor(w)
+    g = SeriesFloor(w, 5 if w == 10 else 2)
     on2 = [g.push(float(v)) for v in np.clip(y, 0, None) / max(np.max(np.abs(y)), 1e-9)]
-    if t2 is not None and t2 + LEAD < n:
-        assert on2[t2 + LEAD]
+    if t2 is not None:  # by + 3, or by the run's last point when the label's tail is shorter
+        assert on2[min(t2 + LEAD, n - 1)]
+
+
+@pytest.mark.parametrize("tail", [3, 4, 5, 8])
+def test_eval_success_collapse_with_a_short_tail_warns(tail):
+    """The label reads eval success on its evaluation points with a tail of 2 below-points (label.EVAL_MIN_TAIL): a
+    run whose last evaluations fell is collapsed with as few as 3 evaluations after the fall, so the floor warns
+    by then (after 2 low evaluations), not only at + 3."""
+    ev = [0.6, 0.62, 0.58, 0.6, 0.61, 0.6, 0.59, 0.6] + [0.0] * tail
+    steps = np.arange(len(ev)) * 10
+    # a training metric beside it: a row of validation metrics alone joins the next training row (Evaluator)
+    collapse, st_ = check_floor(steps, {"eval_success": np.asarray(ev), "grad_norm": np.ones(len(ev))})
+    assert collapse is not None and st_[-1] >= WARNING
 
 
 def test_floor_ends_when_a_dip_recovers():
