@@ -60,12 +60,6 @@ class Outcome:
         return (self.improving(keep, min_rise) and self.fresh_peak and math.isfinite(self.rise_sd)
                 and self.rise >= noise_z * self.rise_sd)
 
-    def holding(self, keep: float = 0.9, z: float = 2.0) -> bool:
-        """The score holds at its peak and keeps its trend: near its peak (``keep``) and not falling by more than
-        ``z`` sds of the rise's noise over the trend span (a noisy flat score is holding; a slide is not)."""
-        return (self.near_peak(keep) and math.isfinite(self.rise)
-                and not (math.isfinite(self.rise_sd) and self.rise < -z * self.rise_sd))
-
     def weakening(self, keep: float = 0.9, z: float = 3.0) -> bool:
         """The outcome loses ground beyond its noise (the corroboration gate opens for one precursor family): its
         level sits below ``keep`` x its peak by more than z sds of the level plus the bias of a running maximum of
